@@ -1,0 +1,226 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// QueueingStrategy orders the pending workloads of a ClusterQueue.
+// +kubebuilder:validation:Enum=StrictFIFO;BestEffortFIFO
+type QueueingStrategy string
+
+const (
+	// StrictFIFO admits workloads strictly in order: one that does not fit
+	// blocks those behind it.
+	StrictFIFO QueueingStrategy = "StrictFIFO"
+	// BestEffortFIFO admits in order but lets a workload that fits pass one
+	// that does not.
+	BestEffortFIFO QueueingStrategy = "BestEffortFIFO"
+)
+
+// StopPolicy stops a queue from admitting.
+// +kubebuilder:validation:Enum=None;Hold;HoldAndDrain
+type StopPolicy string
+
+const (
+	// None lets the queue admit.
+	None StopPolicy = "None"
+	// Hold admits nothing new; admitted workloads keep running.
+	Hold StopPolicy = "Hold"
+	// HoldAndDrain admits nothing new and evicts what was admitted.
+	HoldAndDrain StopPolicy = "HoldAndDrain"
+)
+
+// ClusterQueueSpec is the quota a ClusterQueue hands out and how.
+// +kubebuilder:validation:XValidation:rule="self.resourceGroups.all(a, self.resourceGroups.all(b, a == b || a.coveredResources.all(r, !(r in b.coveredResources))))",message="a resource may be covered by one resource group only"
+type ClusterQueueSpec struct {
+	// resourceGroups list the quota, flavor by flavor, for groups of
+	// resources that are assigned together.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	ResourceGroups []ResourceGroup `json:"resourceGroups,omitempty"`
+
+	// namespaceSelector limits which namespaces may submit to this queue
+	// through their LocalQueues. Empty or unset selects every namespace.
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+
+	// queueingStrategy orders pending workloads. Defaults to BestEffortFIFO.
+	// +optional
+	// +kubebuilder:default=BestEffortFIFO
+	QueueingStrategy QueueingStrategy `json:"queueingStrategy,omitempty"`
+
+	// admissionChecksStrategy names the AdmissionChecks every workload must
+	// pass before it is admitted.
+	// +optional
+	AdmissionChecksStrategy *AdmissionChecksStrategy `json:"admissionChecksStrategy,omitempty"`
+
+	// stopPolicy holds or drains the queue. Defaults to None.
+	// +optional
+	// +kubebuilder:default=None
+	StopPolicy *StopPolicy `json:"stopPolicy,omitempty"`
+}
+
+// AdmissionChecksStrategy lists the AdmissionChecks of a ClusterQueue.
+type AdmissionChecksStrategy struct {
+	// admissionChecks are the checks to run, by AdmissionCheck name.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	AdmissionChecks []AdmissionCheckStrategyRule `json:"admissionChecks"`
+}
+
+// AdmissionCheckStrategyRule names one AdmissionCheck and the flavors it
+// applies to.
+type AdmissionCheckStrategyRule struct {
+	// name of the AdmissionCheck.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
+
+	// onFlavors limits the check to workloads assigned one of these
+	// flavors. Empty means every workload.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	OnFlavors []string `json:"onFlavors,omitempty"`
+}
+
+// ResourceGroup is a set of resources that are assigned one flavor together,
+// with the quota each flavor offers for them.
+// +kubebuilder:validation:XValidation:rule="self.flavors.all(f, size(f.resources) == size(self.coveredResources) && f.resources.all(r, r.name in self.coveredResources))",message="every flavor must list quota for exactly the resources in coveredResources"
+type ResourceGroup struct {
+	// coveredResources are the resources this group gives quota for.
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	CoveredResources []corev1.ResourceName `json:"coveredResources"`
+
+	// flavors are tried in this order for every pod set.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	Flavors []FlavorQuotas `json:"flavors"`
+}
+
+// FlavorQuotas is the quota of one flavor.
+type FlavorQuotas struct {
+	// name of the ResourceFlavor.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
+
+	// resources are the quotas per covered resource.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	Resources []ResourceQuota `json:"resources"`
+}
+
+// ResourceQuota is the quota of one resource in one flavor.
+// +kubebuilder:validation:XValidation:rule="!has(self.borrowingLimit) || quantity(self.borrowingLimit).isGreaterThan(quantity('0')) || quantity(self.borrowingLimit) == quantity('0')",message="borrowingLimit must not be negative"
+type ResourceQuota struct {
+	// name of the resource, such as cpu or memory.
+	Name corev1.ResourceName `json:"name"`
+
+	// nominalQuota is how much of the resource admitted workloads may use
+	// at once. It must not be negative.
+	// +kubebuilder:validation:XValidation:rule="!quantity(self).isLessThan(quantity('0'))",message="nominalQuota must not be negative"
+	NominalQuota resource.Quantity `json:"nominalQuota"`
+
+	// borrowingLimit caps how much this queue may borrow from its cohort.
+	// Reserved for cohorts; not yet used.
+	// +optional
+	BorrowingLimit *resource.Quantity `json:"borrowingLimit,omitempty"`
+}
+
+// ClusterQueueStatus reports what a ClusterQueue holds.
+type ClusterQueueStatus struct {
+	// conditions: Active tells whether the queue can admit, and why not.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// pendingWorkloads is the number of workloads waiting for quota.
+	// +optional
+	PendingWorkloads int32 `json:"pendingWorkloads"`
+
+	// reservingWorkloads is the number of workloads holding quota.
+	// +optional
+	ReservingWorkloads int32 `json:"reservingWorkloads"`
+
+	// admittedWorkloads is the number of admitted workloads.
+	// +optional
+	AdmittedWorkloads int32 `json:"admittedWorkloads"`
+
+	// flavorsReservation is the quota held per flavor and resource,
+	// including workloads still waiting for their admission checks.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	FlavorsReservation []FlavorUsage `json:"flavorsReservation,omitempty"`
+}
+
+// FlavorUsage is the quota used in one flavor.
+type FlavorUsage struct {
+	// name of the flavor.
+	Name string `json:"name"`
+	// resources used, per resource.
+	// +listType=map
+	// +listMapKey=name
+	Resources []ResourceUsage `json:"resources"`
+}
+
+// ResourceUsage is the quota used of one resource.
+type ResourceUsage struct {
+	// name of the resource.
+	Name corev1.ResourceName `json:"name"`
+	// total quantity in use.
+	Total resource.Quantity `json:"total,omitempty"`
+}
+
+// ClusterQueue condition types.
+const (
+	// ClusterQueueActive is True when the queue can admit workloads.
+	ClusterQueueActive = "Active"
+)
+
+// +genclient
+// +genclient:nonNamespaced
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName={cq},categories=sluice
+// +kubebuilder:printcolumn:name="Strategy",type=string,JSONPath=`.spec.queueingStrategy`,priority=1
+// +kubebuilder:printcolumn:name="Active",type=string,JSONPath=`.status.conditions[?(@.type=="Active")].status`
+// +kubebuilder:printcolumn:name="Pending",type=integer,JSONPath=`.status.pendingWorkloads`
+// +kubebuilder:printcolumn:name="Reserving",type=integer,JSONPath=`.status.reservingWorkloads`
+// +kubebuilder:printcolumn:name="Admitted",type=integer,JSONPath=`.status.admittedWorkloads`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+
+// ClusterQueue is a pool of quota, per flavor, that workloads from
+// LocalQueues are admitted against.
+type ClusterQueue struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the quota and the policy.
+	// +optional
+	Spec ClusterQueueSpec `json:"spec,omitempty"`
+	// status is what the queue holds, written by the admitter.
+	// +optional
+	Status ClusterQueueStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// ClusterQueueList is a list of ClusterQueues.
+type ClusterQueueList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ClusterQueue `json:"items"`
+}

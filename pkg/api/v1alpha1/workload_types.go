@@ -1,0 +1,327 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// WorkloadSpec is a unit of admission: the pod sets that must start together.
+type WorkloadSpec struct {
+	// podSets are the groups of equivalent pods, one per role.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=18
+	PodSets []PodSet `json:"podSets"`
+
+	// queueName is the LocalQueue, in the Workload's namespace, it waits in.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	QueueName string `json:"queueName"`
+
+	// priorityClassName is the PriorityClass the priority came from.
+	// +optional
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+
+	// priority orders workloads in a queue: higher first, then older first.
+	// +optional
+	Priority *int32 `json:"priority,omitempty"`
+
+	// active false takes the workload out of its queue and evicts it if it
+	// was admitted. Defaults to true.
+	// +optional
+	// +kubebuilder:default=true
+	Active *bool `json:"active,omitempty"`
+}
+
+// PodSet is a group of pods with the same scheduling shape (role hash).
+type PodSet struct {
+	// name of the pod set, unique in the workload.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// count is the number of pods in the set.
+	// +kubebuilder:validation:Minimum=1
+	Count int32 `json:"count"`
+
+	// template is what admission needs to know of the set's pods.
+	Template PodSetTemplate `json:"template"`
+}
+
+// PodSetTemplate is the scheduling-relevant part of a pod set's pods: what
+// quota is counted from and what admission checks' updates must not
+// contradict.
+type PodSetTemplate struct {
+	// roleHash is the kueue.x-k8s.io/role-hash the set's pods share.
+	// +optional
+	RoleHash string `json:"roleHash,omitempty"`
+
+	// labels of the first pod of the set.
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+
+	// annotations of the first pod of the set.
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
+
+	// requests is what one pod requests: the sum over its containers, or
+	// the largest init container if that is more, plus overhead.
+	// +optional
+	Requests corev1.ResourceList `json:"requests,omitempty"`
+
+	// nodeSelector the pods already carry.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// tolerations the pods already carry.
+	// +optional
+	// +listType=atomic
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+}
+
+// WorkloadStatus is where a workload stands.
+type WorkloadStatus struct {
+	// conditions: QuotaReserved, Admitted, Finished, Evicted.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// admission is the quota reserved for the workload.
+	// +optional
+	Admission *Admission `json:"admission,omitempty"`
+
+	// admissionChecks are the states of the checks the ClusterQueue asks for.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	AdmissionChecks []AdmissionCheckState `json:"admissionChecks,omitempty"`
+
+	// podSetInfos are what each pod set's pods are started with: the
+	// flavors' node labels and tolerations merged with every check's
+	// updates. Written together with Admitted=True.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=18
+	PodSetInfos []PodSetInfo `json:"podSetInfos,omitempty"`
+
+	// requeueState tracks requeues after an eviction.
+	// +optional
+	RequeueState *RequeueState `json:"requeueState,omitempty"`
+
+	// reclaimablePods are pods that finished and whose quota is released
+	// while the rest of the workload runs.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	ReclaimablePods []ReclaimablePod `json:"reclaimablePods,omitempty"`
+}
+
+// Admission is a quota reservation.
+type Admission struct {
+	// clusterQueue the quota is reserved in.
+	ClusterQueue string `json:"clusterQueue"`
+
+	// reservationID tells this reservation from earlier ones of the same
+	// workload; admission checks answer per reservation.
+	ReservationID string `json:"reservationID"`
+
+	// podSetAssignments are the flavors and quota per pod set.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=18
+	PodSetAssignments []PodSetAssignment `json:"podSetAssignments"`
+}
+
+// PodSetAssignment is the flavor and quota assigned to one pod set.
+type PodSetAssignment struct {
+	// name of the pod set.
+	Name string `json:"name"`
+	// flavors assigned, per resource.
+	// +optional
+	Flavors map[corev1.ResourceName]string `json:"flavors,omitempty"`
+	// resourceUsage is the quota reserved for the whole set.
+	// +optional
+	ResourceUsage corev1.ResourceList `json:"resourceUsage,omitempty"`
+	// count of pods the quota is reserved for.
+	// +optional
+	Count *int32 `json:"count,omitempty"`
+}
+
+// CheckState is the answer of an admission check.
+// +kubebuilder:validation:Enum=Pending;Ready;Retry;Rejected
+type CheckState string
+
+const (
+	// CheckStatePending means the check has not decided yet.
+	CheckStatePending CheckState = "Pending"
+	// CheckStateReady means the check lets the workload start.
+	CheckStateReady CheckState = "Ready"
+	// CheckStateRetry means the reservation must be released and the
+	// workload tried again later.
+	CheckStateRetry CheckState = "Retry"
+	// CheckStateRejected means the workload can never pass.
+	CheckStateRejected CheckState = "Rejected"
+)
+
+// AdmissionCheckState is one check's answer for the current reservation.
+type AdmissionCheckState struct {
+	// name of the AdmissionCheck.
+	Name string `json:"name"`
+	// state of the check.
+	State CheckState `json:"state"`
+	// lastTransitionTime is when the state last changed.
+	LastTransitionTime metav1.Time `json:"lastTransitionTime"`
+	// reason is the provider's machine-readable reason.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Reason string `json:"reason,omitempty"`
+	// message is the provider's explanation, for people.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32768
+	Message string `json:"message,omitempty"`
+	// requeueAfterSeconds is how long to wait before a Retry is tried again.
+	// +optional
+	RequeueAfterSeconds *int32 `json:"requeueAfterSeconds,omitempty"`
+	// retryCount counts the Retry answers so far.
+	// +optional
+	RetryCount *int32 `json:"retryCount,omitempty"`
+	// podSetUpdates the check asks for, per pod set.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=18
+	PodSetUpdates []PodSetUpdate `json:"podSetUpdates,omitempty"`
+}
+
+// PodSetUpdate is what one check adds to one pod set's pods.
+type PodSetUpdate struct {
+	// name of the pod set.
+	Name string `json:"name"`
+	// labels to add.
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+	// annotations to add.
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
+	// nodeSelector entries to add.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// tolerations to add.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+}
+
+// PodSetInfo is everything one pod set's pods are ungated with.
+type PodSetInfo struct {
+	// name of the pod set.
+	Name string `json:"name"`
+	// labels to set.
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+	// annotations to set.
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
+	// nodeSelector entries to set.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// tolerations to add.
+	// +optional
+	// +listType=atomic
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+}
+
+// RequeueState tracks requeues after evictions.
+type RequeueState struct {
+	// count of requeues so far.
+	// +optional
+	Count *int32 `json:"count,omitempty"`
+	// requeueAt is when the workload may be queued again.
+	// +optional
+	RequeueAt *metav1.Time `json:"requeueAt,omitempty"`
+}
+
+// ReclaimablePod counts the finished pods of one pod set.
+type ReclaimablePod struct {
+	// name of the pod set.
+	Name string `json:"name"`
+	// count of pods that finished.
+	// +kubebuilder:validation:Minimum=0
+	Count int32 `json:"count"`
+}
+
+// Workload condition types.
+const (
+	// WorkloadQuotaReserved is True while the workload holds quota. While
+	// False its reason and message say why the workload waits.
+	WorkloadQuotaReserved = "QuotaReserved"
+	// WorkloadAdmitted is True once quota is reserved and every admission
+	// check is Ready.
+	WorkloadAdmitted = "Admitted"
+	// WorkloadFinished is True once the workload ended; its reason says how.
+	WorkloadFinished = "Finished"
+	// WorkloadEvicted is True when the workload lost its admission.
+	WorkloadEvicted = "Evicted"
+)
+
+// Workload condition reasons.
+const (
+	// ReasonPending: waiting for quota; the message says what is missing.
+	ReasonPending = "Pending"
+	// ReasonQuotaReserved: quota is held.
+	ReasonQuotaReserved = "QuotaReserved"
+	// ReasonWaitingForChecks: quota is held and checks are not all Ready.
+	ReasonWaitingForChecks = "WaitingForAdmissionChecks"
+	// ReasonAdmitted: every check is Ready.
+	ReasonAdmitted = "Admitted"
+	// ReasonPodSetUpdateConflict: checks' updates contradict each other,
+	// a flavor, or the pods; the message names the check and the key.
+	ReasonPodSetUpdateConflict = "PodSetUpdateConflict"
+	// ReasonSucceeded: every pod succeeded.
+	ReasonSucceeded = "Succeeded"
+	// ReasonFailed: the workload ended with failed pods.
+	ReasonFailed = "Failed"
+	// ReasonAdmissionCheck: evicted because a check answered Retry or
+	// Rejected.
+	ReasonAdmissionCheck = "AdmissionCheck"
+	// ReasonInactive: evicted because spec.active was set to false.
+	ReasonInactive = "Inactive"
+)
+
+// +genclient
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName={wl,swl},categories=sluice
+// +kubebuilder:printcolumn:name="Queue",type=string,JSONPath=`.spec.queueName`
+// +kubebuilder:printcolumn:name="Reserved in",type=string,JSONPath=`.status.admission.clusterQueue`
+// +kubebuilder:printcolumn:name="Admitted",type=string,JSONPath=`.status.conditions[?(@.type=="Admitted")].status`
+// +kubebuilder:printcolumn:name="Finished",type=string,JSONPath=`.status.conditions[?(@.type=="Finished")].reason`
+// +kubebuilder:printcolumn:name="Waiting for",type=string,JSONPath=`.status.conditions[?(@.type=="QuotaReserved")].message`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+
+// Workload is a unit of admission: a single pod or a group of pods that is
+// queued, reserved quota, checked and admitted as one.
+type Workload struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is what the workload needs.
+	Spec WorkloadSpec `json:"spec"`
+	// status is where it stands, written by the admitter.
+	// +optional
+	Status WorkloadStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// WorkloadList is a list of Workloads.
+type WorkloadList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Workload `json:"items"`
+}
