@@ -1,0 +1,255 @@
+// Command sluice-demo creates the KEP-976 Story 1 sample and prints, as they
+// happen, the steps its pod goes through: gated, queued, quota reserved,
+// checked, admitted, ungated with the check's updates, scheduled, running,
+// succeeded, and its quota released. `make run` calls it.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	sluicev1alpha1 "github.com/sluice-dev/sluice/pkg/api/v1alpha1"
+	"github.com/sluice-dev/sluice/pkg/kube"
+	"github.com/sluice-dev/sluice/pkg/podkeys"
+)
+
+func main() {
+	kubeconfig := flag.String("kubeconfig", "", "path to the kubeconfig (default: $KUBECONFIG)")
+	samples := flag.String("samples", "deploy/samples", "directory holding story1-pod.yaml")
+	timeout := flag.Duration("timeout", 2*time.Minute, "how long to wait for the pod to finish")
+	flag.Parse()
+
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	if err := run(ctx, *kubeconfig, filepath.Join(*samples, "story1-pod.yaml")); err != nil {
+		fmt.Fprintf(os.Stderr, "sluice-demo: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, kubeconfig, podFile string) error {
+	cfg, err := kube.RESTConfig(kubeconfig, 50, 100, "sluice-demo")
+	if err != nil {
+		return err
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := sluicev1alpha1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("creating client: %w", err)
+	}
+
+	pod, err := readPod(podFile)
+	if err != nil {
+		return err
+	}
+	// A pod left from an earlier demo run would hide every step.
+	if err := deletePod(ctx, c, pod); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := c.Create(ctx, pod); err != nil {
+		return fmt.Errorf("creating pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	fmt.Printf("\ncreated pod %s/%s in queue %q\n", pod.Namespace, pod.Name, pod.Labels[podkeys.QueueNameLabel])
+
+	p := &progress{start: start, seen: map[string]bool{}}
+	for {
+		var cur corev1.Pod
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), &cur); err != nil {
+			return fmt.Errorf("reading pod: %w", err)
+		}
+		wl, err := workloadOf(ctx, c, &cur)
+		if err != nil {
+			return err
+		}
+		p.observe(&cur, wl)
+		if cur.Status.Phase == corev1.PodSucceeded || cur.Status.Phase == corev1.PodFailed {
+			return p.awaitRelease(ctx, c, wl)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pod %s did not finish in time (phase %s); see .local/logs/", cur.Name, cur.Status.Phase)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func readPod(path string) (*corev1.Pod, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading sample pod: %w", err)
+	}
+	pod := &corev1.Pod{}
+	if err := yaml.UnmarshalStrict(data, pod); err != nil {
+		return nil, fmt.Errorf("parsing %s: %w", path, err)
+	}
+	return pod, nil
+}
+
+func deletePod(ctx context.Context, c client.Client, pod *corev1.Pod) error {
+	old := &corev1.Pod{}
+	err := c.Get(ctx, client.ObjectKeyFromObject(pod), old)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("looking for an earlier demo pod: %w", err)
+	}
+	if err := c.Delete(ctx, old); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("deleting the earlier demo pod: %w", err)
+	}
+	fmt.Printf("waiting for the pod of an earlier run to go away...\n")
+	for {
+		err := c.Get(ctx, client.ObjectKeyFromObject(pod), old)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the earlier demo pod %s was not deleted in time", pod.Name)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// workloadOf finds the Workload the pod controls, if it exists yet.
+func workloadOf(ctx context.Context, c client.Client, pod *corev1.Pod) (*sluicev1alpha1.Workload, error) {
+	var list sluicev1alpha1.WorkloadList
+	if err := c.List(ctx, &list, client.InNamespace(pod.Namespace)); err != nil {
+		return nil, fmt.Errorf("listing workloads: %w", err)
+	}
+	for i := range list.Items {
+		for _, o := range list.Items[i].OwnerReferences {
+			if o.UID == pod.UID {
+				return &list.Items[i], nil
+			}
+		}
+	}
+	return nil, nil
+}
+
+// progress prints each step once, with the time since the pod was created.
+type progress struct {
+	start time.Time
+	seen  map[string]bool
+}
+
+func (p *progress) step(key, format string, args ...any) {
+	if p.seen[key] {
+		return
+	}
+	p.seen[key] = true
+	fmt.Printf("  %6.2fs  %s\n", time.Since(p.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func (p *progress) observe(pod *corev1.Pod, wl *sluicev1alpha1.Workload) {
+	if gated(pod) {
+		p.step("gated", "gated by the webhook: gate %s, label %s=%s, finalizer %s, role hash %s",
+			podkeys.AdmissionGate, podkeys.ManagedLabel, pod.Labels[podkeys.ManagedLabel],
+			podkeys.ManagedFinalizer, pod.Annotations[podkeys.RoleHashAnnotation])
+	}
+	if wl != nil {
+		p.step("workload", "queued as Workload %s in LocalQueue %s", wl.Name, wl.Spec.QueueName)
+		if c := meta.FindStatusCondition(wl.Status.Conditions, sluicev1alpha1.WorkloadQuotaReserved); c != nil {
+			if c.Status == "True" && wl.Status.Admission != nil {
+				p.step("reserved", "quota reserved in ClusterQueue %s (flavors %s)",
+					wl.Status.Admission.ClusterQueue, flavors(wl.Status.Admission))
+			} else if c.Status == "False" {
+				p.step("waiting:"+c.Message, "waiting for quota: %s", c.Message)
+			}
+		}
+		for _, ac := range wl.Status.AdmissionChecks {
+			p.step("check:"+ac.Name+string(ac.State), "admission check %s: %s %s", ac.Name, ac.State, ac.Message)
+		}
+		if meta.IsStatusConditionTrue(wl.Status.Conditions, sluicev1alpha1.WorkloadAdmitted) {
+			p.step("admitted", "admitted")
+		}
+	}
+	if !gated(pod) && p.seen["gated"] {
+		p.step("ungated", "ungated by the grouper with nodeSelector %v and tolerations %s",
+			pod.Spec.NodeSelector, tolerations(pod.Spec.Tolerations))
+	}
+	if pod.Spec.NodeName != "" {
+		p.step("scheduled", "scheduled by kube-scheduler onto node %s", pod.Spec.NodeName)
+	}
+	switch pod.Status.Phase {
+	case corev1.PodRunning:
+		p.step("running", "running")
+	case corev1.PodSucceeded:
+		p.step("succeeded", "succeeded")
+	case corev1.PodFailed:
+		p.step("failed", "failed: %s", pod.Status.Message)
+	}
+}
+
+// awaitRelease waits for the workload to finish and its ClusterQueue to hold
+// no quota for it any more.
+func (p *progress) awaitRelease(ctx context.Context, c client.Client, wl *sluicev1alpha1.Workload) error {
+	if wl == nil {
+		return fmt.Errorf("the pod finished but no Workload was found for it")
+	}
+	for {
+		var cur sluicev1alpha1.Workload
+		if err := c.Get(ctx, client.ObjectKeyFromObject(wl), &cur); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("reading workload: %w", err)
+		}
+		if cond := meta.FindStatusCondition(cur.Status.Conditions, sluicev1alpha1.WorkloadFinished); cond != nil && cond.Status == "True" {
+			p.step("finished", "workload finished (%s); quota released", cond.Reason)
+			var cq sluicev1alpha1.ClusterQueue
+			if wl.Status.Admission != nil && c.Get(ctx, client.ObjectKey{Name: wl.Status.Admission.ClusterQueue}, &cq) == nil {
+				fmt.Printf("  ClusterQueue %s now reserves %d workloads\n", cq.Name, cq.Status.ReservingWorkloads)
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("workload %s did not finish in time", wl.Name)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func gated(pod *corev1.Pod) bool {
+	return slices.ContainsFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool {
+		return g.Name == podkeys.AdmissionGate
+	})
+}
+
+func flavors(a *sluicev1alpha1.Admission) string {
+	var out []string
+	for _, psa := range a.PodSetAssignments {
+		for r, f := range psa.Flavors {
+			out = append(out, fmt.Sprintf("%s:%s=%s", psa.Name, r, f))
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, ", ")
+}
+
+func tolerations(ts []corev1.Toleration) string {
+	var out []string
+	for _, t := range ts {
+		out = append(out, fmt.Sprintf("%s=%s:%s(%s)", t.Key, t.Value, t.Effect, t.Operator))
+	}
+	return "[" + strings.Join(out, " ") + "]"
+}

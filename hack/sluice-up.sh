@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Starts sluice on the local control plane: the control plane itself (if it is
+# not up), then the admitter, the checks service, the grouper and the webhook,
+# each as its own process talking gRPC over loopback. With --demo it then
+# applies the sample configuration and walks a KEP-976 Story 1 pod through
+# the system. State, logs and pids live in .local/.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "${root}"
+demo=false
+[[ "${1:-}" == "--demo" ]] && demo=true
+
+local_dir="${root}/.local"
+logs="${local_dir}/logs"
+pids="${local_dir}/pids"
+export KUBECONFIG="${local_dir}/kubeconfig"
+kubectl="${root}/bin/kubectl"
+mkdir -p "${logs}" "${pids}"
+
+"${root}/hack/cluster-up.sh"
+
+# The system namespace and the CRDs come first: the services wait for them.
+"${kubectl}" apply --server-side -f deploy/crd/ >/dev/null
+"${kubectl}" create namespace sluice-system --dry-run=client -o yaml | "${kubectl}" apply -f - >/dev/null
+"${kubectl}" wait --for condition=Established --timeout=60s -f deploy/crd/ >/dev/null
+
+start() { # name http-addr args...
+	local name="$1" http="$2"; shift 2
+	local pidfile="${pids}/sluice-${name}.pid"
+	if [[ -f "${pidfile}" ]] && kill -0 "$(cat "${pidfile}")" 2>/dev/null; then
+		echo "  ${name}: already running (pid $(cat "${pidfile}"))"
+		return
+	fi
+	OTEL_SERVICE_NAME="sluice-${name}" nohup "${root}/bin/${name}" --http-addr "${http}" --log-format text "$@" \
+		>"${logs}/sluice-${name}.log" 2>&1 &
+	echo $! >"${pidfile}"
+	echo "  ${name}: started (pid $!, log .local/logs/sluice-${name}.log)"
+}
+
+wait_ready() { # name http-addr
+	local name="$1" http="$2" deadline=$((SECONDS + 90))
+	until curl -fsS "http://${http}/readyz" >/dev/null 2>&1; do
+		if ((SECONDS > deadline)); then
+			echo "sluice-up: ${name} did not become ready in 90s; last log lines:" >&2
+			tail -n 30 "${logs}/sluice-${name}.log" >&2
+			exit 1
+		fi
+		if ! kill -0 "$(cat "${pids}/sluice-${name}.pid")" 2>/dev/null; then
+			echo "sluice-up: ${name} exited; last log lines:" >&2
+			tail -n 30 "${logs}/sluice-${name}.log" >&2
+			exit 1
+		fi
+		sleep 0.5
+	done
+}
+
+echo "starting sluice:"
+start admitter 127.0.0.1:8083 --kubeconfig "${KUBECONFIG}" --grpc-addr 127.0.0.1:9090 --namespace sluice-system
+start checks 127.0.0.1:8084 --grpc-addr 127.0.0.1:9091
+start grouper 127.0.0.1:8082 --kubeconfig "${KUBECONFIG}" --admitter-addr 127.0.0.1:9090
+start webhook 127.0.0.1:8081 --kubeconfig "${KUBECONFIG}" --self-register --cert-dir "${local_dir}/webhook-certs"
+for s in admitter:127.0.0.1:8083 checks:127.0.0.1:8084 grouper:127.0.0.1:8082 webhook:127.0.0.1:8081; do
+	wait_ready "${s%%:*}" "${s#*:}"
+done
+echo "sluice is up."
+
+if ${demo}; then
+	# One fake node becomes the "batch" pool: labelled and tainted, so only
+	# pods that carry the nodepool check's updates can land there.
+	node="$("${kubectl}" get nodes -o name | head -n 1)"
+	"${kubectl}" label --overwrite "${node}" pool=batch >/dev/null
+	"${kubectl}" taint --overwrite "${node}" pool=batch:NoSchedule >/dev/null
+	"${kubectl}" apply -f deploy/samples/story1-queues.yaml >/dev/null
+	echo "applied deploy/samples/story1-queues.yaml; ${node#node/} is the batch pool (label pool=batch, taint pool=batch:NoSchedule)"
+	"${root}/bin/sluice-demo" --kubeconfig "${KUBECONFIG}" --samples "${root}/deploy/samples"
+fi
+
+cat <<MSG
+
+Point kubectl at it:   export KUBECONFIG=${KUBECONFIG}
+                       ${kubectl} get sluice -A        (queues, flavors, checks, workloads)
+Logs:                  .local/logs/
+Stop everything:       make down
+MSG

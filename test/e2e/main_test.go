@@ -1,0 +1,47 @@
+// Package e2e runs sluice end to end: a local control plane with
+// kube-scheduler and kwok nodes, and the four services as separate processes
+// talking gRPC, driven only through the Kubernetes API as a user would.
+package e2e
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sluicev1alpha1 "github.com/sluice-dev/sluice/pkg/api/v1alpha1"
+	"github.com/sluice-dev/sluice/test/harness"
+	"github.com/sluice-dev/sluice/test/testenv"
+)
+
+var (
+	env    *testenv.Env
+	sluice *harness.Sluice
+	k8s    client.Client
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(testenv.RunMain(m, testenv.Options{Scheduler: true, ControllerManager: true, Kwok: true, Nodes: 2},
+		func(e *testenv.Env) error {
+			env = e
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			var err error
+			if sluice, err = harness.Start(ctx, e, harness.Options{BinDir: os.Getenv("SLUICE_SERVICES_BIN")}); err != nil {
+				return err
+			}
+			scheme := runtime.NewScheme()
+			if err := clientgoscheme.AddToScheme(scheme); err != nil {
+				return err
+			}
+			if err := sluicev1alpha1.AddToScheme(scheme); err != nil {
+				return err
+			}
+			k8s, err = client.New(e.Config, client.Options{Scheme: scheme})
+			return err
+		}))
+}

@@ -1,0 +1,140 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/sluice-dev/sluice/test/testenv"
+)
+
+// SystemNamespace is where sluice's own objects (the admitter's Lease) live.
+const SystemNamespace = "sluice-system"
+
+// Options tune a Sluice.
+type Options struct {
+	// BinDir holds prebuilt service binaries; empty builds them into a
+	// temporary directory.
+	BinDir string
+	// Args adds flags to a service, by service name.
+	Args map[string][]string
+}
+
+// Sluice is the four services running against one control plane.
+type Sluice struct {
+	Admitter, Checks, Grouper, Webhook *Service
+	env                                *testenv.Env
+}
+
+// Start installs the CRDs and the system namespace, then starts the
+// services and waits until each is ready.
+func Start(ctx context.Context, env *testenv.Env, opts Options) (*Sluice, error) {
+	if err := InstallCRDs(ctx, env.Config); err != nil {
+		return nil, err
+	}
+	if err := ensureNamespace(ctx, env, SystemNamespace); err != nil {
+		return nil, err
+	}
+	bin := opts.BinDir
+	if bin == "" {
+		bin = filepath.Join(env.Dir, "sluice-bin")
+		if err := Build(ctx, bin); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.MkdirAll(logDir(env), 0o755); err != nil {
+		return nil, fmt.Errorf("creating log dir: %w", err)
+	}
+	sp := newSpawner()
+	s := &Sluice{env: env}
+	var err error
+	newSvc := func(name string, withGRPC bool) *Service {
+		if err != nil {
+			return nil
+		}
+		svc := &Service{Name: name, bin: filepath.Join(bin, name), sp: sp,
+			LogPath: filepath.Join(logDir(env), "sluice-"+name+".log")}
+		if svc.HTTPAddr, err = freeAddr(); err != nil {
+			return nil
+		}
+		if withGRPC {
+			svc.GRPCAddr, err = freeAddr()
+		}
+		return svc
+	}
+	s.Admitter = newSvc("admitter", true)
+	s.Checks = newSvc("checks", true)
+	s.Grouper = newSvc("grouper", false)
+	s.Webhook = newSvc("webhook", true) // its "gRPC" port is the HTTPS webhook port
+	if err != nil {
+		return nil, err
+	}
+	kc := env.Kubeconfig
+	s.Admitter.args = []string{"--kubeconfig", kc, "--http-addr", s.Admitter.HTTPAddr,
+		"--grpc-addr", s.Admitter.GRPCAddr, "--namespace", SystemNamespace, "--leader-elect=false"}
+	s.Checks.args = []string{"--http-addr", s.Checks.HTTPAddr, "--grpc-addr", s.Checks.GRPCAddr}
+	s.Grouper.args = []string{"--kubeconfig", kc, "--http-addr", s.Grouper.HTTPAddr,
+		"--admitter-addr", s.Admitter.GRPCAddr}
+	s.Webhook.args = []string{"--kubeconfig", kc, "--http-addr", s.Webhook.HTTPAddr,
+		"--webhook-addr", s.Webhook.GRPCAddr, "--self-register",
+		"--cert-dir", filepath.Join(env.Dir, "webhook-certs")}
+	for _, svc := range s.All() {
+		svc.args = append(svc.args, "--log-format", "text")
+		svc.args = append(svc.args, opts.Args[svc.Name]...)
+		if err := svc.Start(); err != nil {
+			s.Stop()
+			return nil, err
+		}
+	}
+	readyCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for _, svc := range s.All() {
+		if err := svc.WaitReady(readyCtx); err != nil {
+			s.Stop()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// All returns the services in start order.
+func (s *Sluice) All() []*Service {
+	return []*Service{s.Admitter, s.Checks, s.Grouper, s.Webhook}
+}
+
+// Stop stops every service, the webhook first so that pods are no longer
+// gated by a webhook that is gone.
+func (s *Sluice) Stop() error {
+	var errs []error
+	all := s.All()
+	for i := len(all) - 1; i >= 0; i-- {
+		if all[i] != nil {
+			errs = append(errs, all[i].Stop(10*time.Second))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ChecksTarget is the gRPC target an AdmissionCheck names to reach the
+// built-in providers.
+func (s *Sluice) ChecksTarget() string { return "dns:///" + s.Checks.GRPCAddr }
+
+func ensureNamespace(ctx context.Context, env *testenv.Env, name string) error {
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		return fmt.Errorf("creating client: %w", err)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", name, err)
+	}
+	return nil
+}
