@@ -1,0 +1,332 @@
+// Package bench measures sluice end to end on the local control plane: a
+// burst of pods created through the webhook until every one is ungated,
+// beside the raw rate of the same API server for creating gated pods and
+// patching them ungated without sluice. The machine is shared and noisy, so
+// the ratio between the two is the figure to compare across runs.
+//
+// Run it with `make bench`. It reports; it asserts nothing about timings.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sluicev1alpha1 "github.com/sluice-dev/sluice/pkg/api/v1alpha1"
+	"github.com/sluice-dev/sluice/pkg/podkeys"
+	"github.com/sluice-dev/sluice/test/harness"
+	"github.com/sluice-dev/sluice/test/testenv"
+)
+
+const (
+	burst   = 2000 // pods per burst
+	workers = 32   // concurrent client workers, for sluice's burst and the raw baseline
+)
+
+func BenchmarkBurstSinglePods(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	defer cancel()
+	env, err := testenv.Start(ctx, testenv.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer env.Stop()
+
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw := measureRaw(ctx, b, env, cs)
+
+	s, err := harness.Start(ctx, env, harness.Options{BinDir: os.Getenv("SLUICE_SERVICES_BIN")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Stop()
+	res := measureSluice(ctx, b, env, cs)
+
+	b.ReportMetric(res.podsPerSecond, "pods/s")
+	b.ReportMetric(raw.pipelinePerSecond, "raw-pods/s")
+	b.ReportMetric(res.writesPerPod, "writes/pod")
+	b.ReportMetric(res.p50.Seconds()*1000, "p50-ms")
+	b.ReportMetric(res.p99.Seconds()*1000, "p99-ms")
+
+	fmt.Printf("\n== burst of %d single pods, %d client workers ==\n", burst, workers)
+	fmt.Printf("raw API server, no sluice: %.0f gated-pod creates/s, %.0f ungate patches/s, %.0f pods/s created-and-ungated\n",
+		raw.createsPerSecond, raw.patchesPerSecond, raw.pipelinePerSecond)
+	fmt.Printf("sluice: %.0f pods/s from creation to ungated (%.0f%% of the raw pipeline), %d/%d ungated\n",
+		res.podsPerSecond, 100*res.podsPerSecond/raw.pipelinePerSecond, res.ungated, burst)
+	fmt.Printf("latency creation->ungated: p50 %s  p90 %s  p99 %s\n", res.p50, res.p90, res.p99)
+	fmt.Printf("API writes per pod (all clients, pod create included): %.2f\n", res.writesPerPod)
+	fmt.Printf("writes by resource: %s\n", res.writesByResource)
+}
+
+type rawResult struct{ createsPerSecond, patchesPerSecond, pipelinePerSecond float64 }
+
+// measureRaw creates gated pods and ungates them with plain API calls: the
+// ceiling that sluice is held against.
+func measureRaw(ctx context.Context, b *testing.B, env *testenv.Env, cs kubernetes.Interface) rawResult {
+	ns := namespace(ctx, b, cs, "raw")
+	names := make([]string, burst)
+	for i := range names {
+		names[i] = fmt.Sprintf("raw-%d", i)
+	}
+	start := time.Now()
+	parallel(burst, func(i int) error {
+		p := benchPod(ns, names[i], "")
+		p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: podkeys.AdmissionGate}}
+		_, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		return err
+	}, b)
+	createDur := time.Since(start)
+	ungate := []byte(`{"spec":{"schedulingGates":[{"$patch":"delete","name":"` + podkeys.AdmissionGate + `"}]}}`)
+	start = time.Now()
+	parallel(burst, func(i int) error {
+		_, err := cs.CoreV1().Pods(ns).Patch(ctx, names[i], types.StrategicMergePatchType, ungate, metav1.PatchOptions{})
+		return err
+	}, b)
+	patchDur := time.Since(start)
+	return rawResult{
+		createsPerSecond:  burst / createDur.Seconds(),
+		patchesPerSecond:  burst / patchDur.Seconds(),
+		pipelinePerSecond: burst / (createDur + patchDur).Seconds(),
+	}
+}
+
+type sluiceResult struct {
+	podsPerSecond, writesPerPod float64
+	p50, p90, p99               time.Duration
+	ungated                     int
+	writesByResource            string
+}
+
+func measureSluice(ctx context.Context, b *testing.B, env *testenv.Env, cs kubernetes.Interface) sluiceResult {
+	ns := namespace(ctx, b, cs, "burst")
+	c, err := client.New(env.Config, client.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := sluicev1alpha1.AddToScheme(c.Scheme()); err != nil {
+		b.Fatal(err)
+	}
+	setupQueues(ctx, b, c, ns)
+
+	ungatedAt := watchUngated(ctx, b, env.Config, ns)
+	before, err := env.RequestCounts(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	created := make([]time.Time, burst)
+	start := time.Now()
+	parallel(burst, func(i int) error {
+		created[i] = time.Now()
+		_, err := cs.CoreV1().Pods(ns).Create(ctx, benchPod(ns, fmt.Sprintf("pod-%d", i), "user-queue"), metav1.CreateOptions{})
+		return err
+	}, b)
+
+	// Wait until every pod is ungated, or give up after a generous bound.
+	deadline := time.Now().Add(10 * time.Minute)
+	var seen map[string]time.Time
+	for {
+		seen = ungatedAt.snapshot()
+		if len(seen) >= burst || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // polling an in-memory map, not standing in for a condition
+	}
+	after, err := env.RequestCounts(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+
+	var last time.Time
+	lat := make([]time.Duration, 0, burst)
+	for i := range burst {
+		t, ok := seen[fmt.Sprintf("pod-%d", i)]
+		if !ok {
+			continue
+		}
+		lat = append(lat, t.Sub(created[i]))
+		if t.After(last) {
+			last = t
+		}
+	}
+	if len(lat) < burst {
+		b.Errorf("only %d of %d pods were ungated within the bound", len(lat), burst)
+	}
+	slices.Sort(lat)
+	res := sluiceResult{ungated: len(lat)}
+	if len(lat) > 0 {
+		res.podsPerSecond = float64(len(lat)) / last.Sub(start).Seconds()
+		res.p50, res.p90, res.p99 = pct(lat, 50), pct(lat, 90), pct(lat, 99)
+	}
+	writes, byRes := 0.0, map[string]float64{}
+	for _, rc := range testenv.SubtractCounts(after, before) {
+		if rc.IsWrite() {
+			writes += rc.Count
+			byRes[rc.Verb+" "+rc.Resource+subres(rc.Subresource)] += rc.Count
+		}
+	}
+	res.writesPerPod = writes / burst
+	var parts []string
+	for k, v := range byRes {
+		parts = append(parts, fmt.Sprintf("%s=%.2f", k, v/burst))
+	}
+	sort.Strings(parts)
+	res.writesByResource = strings.Join(parts, " ")
+	return res
+}
+
+func subres(s string) string {
+	if s == "" {
+		return ""
+	}
+	return "/" + s
+}
+
+func pct(sorted []time.Duration, p int) time.Duration {
+	i := (len(sorted)*p + 99) / 100
+	if i > 0 {
+		i--
+	}
+	return sorted[i].Round(time.Millisecond)
+}
+
+func setupQueues(ctx context.Context, b *testing.B, c client.Client, ns string) {
+	objs := []client.Object{
+		&sluicev1alpha1.ResourceFlavor{ObjectMeta: metav1.ObjectMeta{Name: "bench"}},
+		&sluicev1alpha1.ClusterQueue{
+			ObjectMeta: metav1.ObjectMeta{Name: "bench"},
+			Spec: sluicev1alpha1.ClusterQueueSpec{ResourceGroups: []sluicev1alpha1.ResourceGroup{{
+				CoveredResources: []corev1.ResourceName{corev1.ResourceCPU},
+				Flavors: []sluicev1alpha1.FlavorQuotas{{Name: "bench", Resources: []sluicev1alpha1.ResourceQuota{
+					{Name: corev1.ResourceCPU, NominalQuota: resource.MustParse("100000")},
+				}}},
+			}}},
+		},
+		&sluicev1alpha1.LocalQueue{
+			ObjectMeta: metav1.ObjectMeta{Name: "user-queue", Namespace: ns},
+			Spec:       sluicev1alpha1.LocalQueueSpec{ClusterQueue: "bench"},
+		},
+	}
+	for _, o := range objs {
+		if err := c.Create(ctx, o); err != nil {
+			b.Fatalf("creating %T: %v", o, err)
+		}
+	}
+}
+
+// ungatedTimes records when each pod was first seen without sluice's gate.
+type ungatedTimes struct {
+	mu   sync.Mutex
+	seen map[string]time.Time
+}
+
+func (u *ungatedTimes) snapshot() map[string]time.Time {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return maps.Clone(u.seen)
+}
+
+func watchUngated(ctx context.Context, b *testing.B, cfg *rest.Config, ns string) *ungatedTimes {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	w, err := cs.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	u := &ungatedTimes{seen: map[string]time.Time{}}
+	go func() {
+		defer w.Stop()
+		for ev := range w.ResultChan() {
+			if ev.Type != watch.Modified {
+				continue
+			}
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok || slices.ContainsFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == podkeys.AdmissionGate }) {
+				continue
+			}
+			now := time.Now()
+			u.mu.Lock()
+			if _, dup := u.seen[p.Name]; !dup {
+				u.seen[p.Name] = now
+			}
+			u.mu.Unlock()
+		}
+	}()
+	return u
+}
+
+func namespace(ctx context.Context, b *testing.B, cs kubernetes.Interface, name string) string {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		b.Fatalf("creating namespace %s: %v", name, err)
+	}
+	return name
+}
+
+func benchPod(ns, name, queue string) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{
+				Name: "main", Image: "registry.k8s.io/pause:3.10",
+				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}},
+			}},
+		},
+	}
+	if queue != "" {
+		p.Labels = map[string]string{podkeys.QueueNameLabel: queue}
+	}
+	return p
+}
+
+// parallel runs f for 0..n-1 on `workers` goroutines and fails b on errors.
+func parallel(n int, f func(i int) error, b *testing.B) {
+	var wg sync.WaitGroup
+	next := make(chan int)
+	var mu sync.Mutex
+	var firstErr error
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := f(i); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if firstErr != nil {
+		b.Fatalf("request failed: %v", firstErr)
+	}
+}
