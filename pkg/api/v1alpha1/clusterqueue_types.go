@@ -94,6 +94,7 @@ type AdmissionCheckStrategyRule struct {
 type ResourceGroup struct {
 	// coveredResources are the resources this group gives quota for.
 	// +listType=set
+	// +kubebuilder:validation:items:MaxLength=253
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=16
 	CoveredResources []corev1.ResourceName `json:"coveredResources"`
@@ -122,14 +123,15 @@ type FlavorQuotas struct {
 }
 
 // ResourceQuota is the quota of one resource in one flavor.
-// +kubebuilder:validation:XValidation:rule="!has(self.borrowingLimit) || quantity(self.borrowingLimit).isGreaterThan(quantity('0')) || quantity(self.borrowingLimit) == quantity('0')",message="borrowingLimit must not be negative"
 type ResourceQuota struct {
 	// name of the resource, such as cpu or memory.
+	// +kubebuilder:validation:MaxLength=253
 	Name corev1.ResourceName `json:"name"`
 
 	// nominalQuota is how much of the resource admitted workloads may use
-	// at once. It must not be negative.
-	// +kubebuilder:validation:XValidation:rule="!quantity(self).isLessThan(quantity('0'))",message="nominalQuota must not be negative"
+	// at once. It must not be negative; the admitter marks a ClusterQueue
+	// with a negative quota inactive. (The schema cannot refuse it: CEL
+	// rules on int-or-string fields exceed the API server's cost budget.)
 	NominalQuota resource.Quantity `json:"nominalQuota"`
 
 	// borrowingLimit caps how much this queue may borrow from its cohort.

@@ -1,0 +1,195 @@
+// Package api tests sluice's CRDs against a real API server: the schema and
+// its CEL rules refuse bad objects with a message that names the field and
+// the rule, and good objects are accepted and defaulted.
+package api
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sluicev1alpha1 "github.com/sluice-dev/sluice/pkg/api/v1alpha1"
+	"github.com/sluice-dev/sluice/test/harness"
+	"github.com/sluice-dev/sluice/test/testenv"
+)
+
+var k8s client.Client
+
+func TestMain(m *testing.M) {
+	os.Exit(testenv.RunMain(m, testenv.Options{}, func(e *testenv.Env) error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := harness.InstallCRDs(ctx, e.Config); err != nil {
+			return err
+		}
+		scheme := runtime.NewScheme()
+		if err := sluicev1alpha1.AddToScheme(scheme); err != nil {
+			return err
+		}
+		var err error
+		k8s, err = client.New(e.Config, client.Options{Scheme: scheme})
+		return err
+	}))
+}
+
+func cpuGroup(flavor string, quotas ...sluicev1alpha1.ResourceQuota) sluicev1alpha1.ResourceGroup {
+	return sluicev1alpha1.ResourceGroup{
+		CoveredResources: []corev1.ResourceName{corev1.ResourceCPU},
+		Flavors:          []sluicev1alpha1.FlavorQuotas{{Name: flavor, Resources: quotas}},
+	}
+}
+
+func quota(name corev1.ResourceName, q string) sluicev1alpha1.ResourceQuota {
+	return sluicev1alpha1.ResourceQuota{Name: name, NominalQuota: resource.MustParse(q)}
+}
+
+func TestClusterQueueSchema(t *testing.T) {
+	cases := []struct {
+		name    string
+		spec    sluicev1alpha1.ClusterQueueSpec
+		wantErr []string // substrings the refusal must contain; none: accepted
+	}{
+		{
+			name: "valid",
+			spec: sluicev1alpha1.ClusterQueueSpec{ResourceGroups: []sluicev1alpha1.ResourceGroup{
+				cpuGroup("default", quota(corev1.ResourceCPU, "8")),
+			}},
+		},
+		{
+			name: "flavor quota for a resource the group does not cover",
+			spec: sluicev1alpha1.ClusterQueueSpec{ResourceGroups: []sluicev1alpha1.ResourceGroup{
+				cpuGroup("default", quota(corev1.ResourceMemory, "1Gi")),
+			}},
+			wantErr: []string{"spec.resourceGroups[0]", "every flavor must list quota for exactly the resources in coveredResources"},
+		},
+		{
+			name: "a resource covered by two groups",
+			spec: sluicev1alpha1.ClusterQueueSpec{ResourceGroups: []sluicev1alpha1.ResourceGroup{
+				cpuGroup("a", quota(corev1.ResourceCPU, "1")),
+				cpuGroup("b", quota(corev1.ResourceCPU, "1")),
+			}},
+			wantErr: []string{"a resource may be covered by one resource group only"},
+		},
+		{
+			name:    "bad queueing strategy",
+			spec:    sluicev1alpha1.ClusterQueueSpec{QueueingStrategy: "Random"},
+			wantErr: []string{"spec.queueingStrategy", `supported values: "StrictFIFO", "BestEffortFIFO"`},
+		},
+		{
+			name: "bad flavor name",
+			spec: sluicev1alpha1.ClusterQueueSpec{ResourceGroups: []sluicev1alpha1.ResourceGroup{
+				cpuGroup("Not_A_Name", quota(corev1.ResourceCPU, "1")),
+			}},
+			wantErr: []string{"spec.resourceGroups[0].flavors[0].name"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			cq := &sluicev1alpha1.ClusterQueue{
+				ObjectMeta: metav1.ObjectMeta{GenerateName: "cq-"},
+				Spec:       tc.spec,
+			}
+			err := k8s.Create(ctx, cq)
+			if len(tc.wantErr) == 0 {
+				if err != nil {
+					t.Fatalf("valid ClusterQueue refused: %v", err)
+				}
+				if cq.Spec.QueueingStrategy != sluicev1alpha1.BestEffortFIFO {
+					t.Errorf("queueingStrategy defaulted to %q, want BestEffortFIFO", cq.Spec.QueueingStrategy)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("bad ClusterQueue accepted: %+v", tc.spec)
+			}
+			for _, want := range tc.wantErr {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not mention %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+func TestAdmissionCheckSchema(t *testing.T) {
+	ctx := context.Background()
+	good := &sluicev1alpha1.AdmissionCheck{
+		ObjectMeta: metav1.ObjectMeta{Name: "good"},
+		Spec: sluicev1alpha1.AdmissionCheckSpec{
+			Endpoint:   "dns:///checks.sluice-system:9090",
+			Parameters: &apiextensionsv1.JSON{Raw: []byte(`{"nodeLabels":{"pool":"a"},"nested":{"deep":[1,2]}}`)},
+		},
+	}
+	if err := k8s.Create(ctx, good); err != nil {
+		t.Fatalf("valid AdmissionCheck refused: %v", err)
+	}
+	if good.Spec.Timeout == nil || good.Spec.Timeout.Duration != 10*time.Second {
+		t.Errorf("timeout defaulted to %v, want 10s", good.Spec.Timeout)
+	}
+	if good.Spec.FailurePolicy != sluicev1alpha1.FailClosed {
+		t.Errorf("failurePolicy defaulted to %q, want Fail", good.Spec.FailurePolicy)
+	}
+	if !strings.Contains(string(good.Spec.Parameters.Raw), `"deep":[1,2]`) {
+		t.Errorf("parameters were pruned: %s", good.Spec.Parameters.Raw)
+	}
+
+	for name, spec := range map[string]sluicev1alpha1.AdmissionCheckSpec{
+		"spec.endpoint": {Endpoint: ""},
+		"endpoint must be a gRPC target without spaces": {Endpoint: "dns:/// a b"},
+		"spec.failurePolicy":                            {Endpoint: "x:1", FailurePolicy: "Sometimes"},
+	} {
+		ac := &sluicev1alpha1.AdmissionCheck{ObjectMeta: metav1.ObjectMeta{GenerateName: "bad-"}, Spec: spec}
+		err := k8s.Create(ctx, ac)
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("AdmissionCheck %+v: error %v, want one mentioning %q", spec, err, name)
+		}
+	}
+}
+
+func TestLocalQueueClusterQueueIsImmutable(t *testing.T) {
+	ctx := context.Background()
+	lq := &sluicev1alpha1.LocalQueue{
+		ObjectMeta: metav1.ObjectMeta{Name: "q", Namespace: "default"},
+		Spec:       sluicev1alpha1.LocalQueueSpec{ClusterQueue: "a"},
+	}
+	if err := k8s.Create(ctx, lq); err != nil {
+		t.Fatalf("creating LocalQueue: %v", err)
+	}
+	lq.Spec.ClusterQueue = "b"
+	err := k8s.Update(ctx, lq)
+	if err == nil || !strings.Contains(err.Error(), "clusterQueue is immutable") {
+		t.Fatalf("changing clusterQueue: error %v, want 'clusterQueue is immutable'", err)
+	}
+}
+
+func TestWorkloadSchema(t *testing.T) {
+	ctx := context.Background()
+	wl := &sluicev1alpha1.Workload{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "wl-", Namespace: "default"},
+		Spec: sluicev1alpha1.WorkloadSpec{
+			QueueName: "q",
+			PodSets:   []sluicev1alpha1.PodSet{{Name: "main", Count: 0}},
+		},
+	}
+	err := k8s.Create(ctx, wl)
+	if err == nil || !strings.Contains(err.Error(), "spec.podSets[0].count") {
+		t.Fatalf("pod set with count 0: error %v, want one naming spec.podSets[0].count", err)
+	}
+	wl.Spec.PodSets[0].Count = 1
+	if err := k8s.Create(ctx, wl); err != nil {
+		t.Fatalf("valid Workload refused: %v", err)
+	}
+	if wl.Spec.Active == nil || !*wl.Spec.Active {
+		t.Errorf("spec.active defaulted to %v, want true", wl.Spec.Active)
+	}
+}
