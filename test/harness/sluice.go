@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -84,7 +85,7 @@ func Start(ctx context.Context, env *testenv.Env, opts Options) (*Sluice, error)
 	s.Grouper.args = []string{"--kubeconfig", kc, "--http-addr", s.Grouper.HTTPAddr,
 		"--admitter-addr", s.Admitter.GRPCAddr}
 	s.Webhook.args = []string{"--kubeconfig", kc, "--http-addr", s.Webhook.HTTPAddr,
-		"--webhook-addr", s.Webhook.GRPCAddr, "--self-register",
+		"--webhook-port", portOf(s.Webhook.GRPCAddr), "--self-register", "--shutdown-delay", "0s",
 		"--cert-dir", filepath.Join(env.Dir, "webhook-certs")}
 	for _, svc := range s.All() {
 		svc.args = append(svc.args, "--log-format", "text")
@@ -137,4 +138,9 @@ func ensureNamespace(ctx context.Context, env *testenv.Env, name string) error {
 		return fmt.Errorf("creating namespace %s: %w", name, err)
 	}
 	return nil
+}
+
+func portOf(addr string) string {
+	_, port, _ := net.SplitHostPort(addr)
+	return port
 }

@@ -1,0 +1,235 @@
+// Package handler serves the webhook's two admission endpoints: the
+// mutating one marks new pods sluice queues, the validating one refuses bad
+// queueing keys on create and update. Both read their surroundings through
+// Lookup and keep no state between requests.
+package handler
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"net/http"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/sluice-dev/sluice/pkg/podkeys"
+	"github.com/sluice-dev/sluice/services/webhook/internal/metrics"
+	"github.com/sluice-dev/sluice/services/webhook/internal/mutate"
+	"github.com/sluice-dev/sluice/services/webhook/internal/validate"
+)
+
+// Paths the handlers are served on.
+const (
+	MutatePath   = "/mutate-pods"
+	ValidatePath = "/validate-pods"
+)
+
+// SpanName is the name of the span that starts each queued pod's trace.
+const SpanName = "webhook.admit"
+
+// traceparentKey is the W3C header the trace context travels in.
+const traceparentKey = "traceparent"
+
+// Lookup answers questions about a pod's surroundings from caches.
+type Lookup interface {
+	NamespaceManaged(ctx context.Context, namespace string) (bool, error)
+	DefaultQueueExists(ctx context.Context, namespace string) (bool, error)
+}
+
+func newDecoder() (admission.Decoder, error) {
+	scheme := runtime.NewScheme()
+	if err := corev1.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("build pod scheme: %w", err)
+	}
+	return admission.NewDecoder(scheme), nil
+}
+
+// Mutator marks new pods that sluice queues.
+type Mutator struct {
+	lookup     Lookup
+	metrics    *metrics.Metrics
+	tracer     trace.Tracer
+	propagator propagation.TextMapPropagator
+	decoder    admission.Decoder
+}
+
+// NewMutator returns the mutating handler. The tracer and propagator are
+// normally otel's globals, set up by pkg/telemetry.
+func NewMutator(l Lookup, m *metrics.Metrics, tracer trace.Tracer, propagator propagation.TextMapPropagator) (*Mutator, error) {
+	dec, err := newDecoder()
+	if err != nil {
+		return nil, err
+	}
+	return &Mutator{lookup: l, metrics: m, tracer: tracer, propagator: propagator, decoder: dec}, nil
+}
+
+// Handle answers one admission request for a pod CREATE.
+func (h *Mutator) Handle(ctx context.Context, req admission.Request) admission.Response {
+	defer h.metrics.ObserveSince(metrics.Mutating, time.Now())
+	if req.Operation != admissionv1.Create {
+		return admission.Allowed("sluice only marks pods at creation")
+	}
+	managed, err := h.lookup.NamespaceManaged(ctx, req.Namespace)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	if !managed {
+		return admission.Allowed("namespace is not managed by sluice")
+	}
+	pod := &corev1.Pod{}
+	if err := h.decoder.Decode(req, pod); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode pod: %w", err))
+	}
+	decision, err := mutate.Decide(pod, func() (bool, error) { return h.lookup.DefaultQueueExists(ctx, req.Namespace) })
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	if !decision.Managed() {
+		return admission.Allowed("pod names no queue")
+	}
+
+	traceparent, err := h.startTrace(ctx, req, pod, decision)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	ops, err := mutate.Patch(pod, decision, traceparent)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	if req.DryRun == nil || !*req.DryRun {
+		h.metrics.PodGated()
+	}
+	logf.FromContext(ctx).V(2).Info("gating pod", "namespace", req.Namespace, "queue", decision.Queue, "defaulted", decision.Defaulted)
+	return admission.Patched("", ops...)
+}
+
+// startTrace starts the span that roots the pod's trace and returns its W3C
+// trace context. A pod that already carries a trace context (a framework
+// creating pods inside its own trace) continues it. When tracing is off the
+// pod still gets a fresh, unsampled trace context, so every service can
+// correlate the workload's logs by one trace ID.
+func (h *Mutator) startTrace(ctx context.Context, req admission.Request, pod *corev1.Pod, d mutate.Decision) (string, error) {
+	opts := []trace.SpanStartOption{
+		trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(
+			attribute.String("k8s.namespace.name", req.Namespace),
+			attribute.String("k8s.pod.name", podName(pod)),
+			attribute.String("sluice.queue", d.Queue),
+		),
+	}
+	if parent := pod.Annotations[podkeys.TraceparentAnnotation]; parent != "" {
+		ctx = h.propagator.Extract(ctx, propagation.MapCarrier{traceparentKey: parent})
+	} else {
+		opts = append(opts, trace.WithNewRoot())
+	}
+	ctx, span := h.tracer.Start(ctx, SpanName, opts...)
+	defer span.End()
+
+	carrier := propagation.MapCarrier{}
+	h.propagator.Inject(ctx, carrier)
+	if tp := carrier.Get(traceparentKey); tp != "" {
+		return tp, nil
+	}
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		fresh, err := randomSpanContext()
+		if err != nil {
+			return "", err
+		}
+		sc = fresh
+	}
+	propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(ctx, sc), carrier)
+	return carrier.Get(traceparentKey), nil
+}
+
+func randomSpanContext() (trace.SpanContext, error) {
+	var tid trace.TraceID
+	var sid trace.SpanID
+	if _, err := rand.Read(tid[:]); err != nil {
+		return trace.SpanContext{}, fmt.Errorf("generate trace id: %w", err)
+	}
+	if _, err := rand.Read(sid[:]); err != nil {
+		return trace.SpanContext{}, fmt.Errorf("generate span id: %w", err)
+	}
+	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid}), nil
+}
+
+// Validator refuses pods whose queueing keys break sluice's rules.
+type Validator struct {
+	lookup  Lookup
+	metrics *metrics.Metrics
+	decoder admission.Decoder
+}
+
+// NewValidator returns the validating handler.
+func NewValidator(l Lookup, m *metrics.Metrics) (*Validator, error) {
+	dec, err := newDecoder()
+	if err != nil {
+		return nil, err
+	}
+	return &Validator{lookup: l, metrics: m, decoder: dec}, nil
+}
+
+// Handle answers one admission request for a pod CREATE or UPDATE.
+func (h *Validator) Handle(ctx context.Context, req admission.Request) admission.Response {
+	defer h.metrics.ObserveSince(metrics.Validating, time.Now())
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return admission.Allowed("")
+	}
+	managed, err := h.lookup.NamespaceManaged(ctx, req.Namespace)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	if !managed {
+		return admission.Allowed("namespace is not managed by sluice")
+	}
+	pod := &corev1.Pod{}
+	if err := h.decoder.Decode(req, pod); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode pod: %w", err))
+	}
+	var errs field.ErrorList
+	if req.Operation == admissionv1.Create {
+		errs = validate.Create(pod)
+	} else {
+		old := &corev1.Pod{}
+		if err := h.decoder.DecodeRaw(req.OldObject, old); err != nil {
+			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode old pod: %w", err))
+		}
+		errs = validate.Update(old, pod)
+	}
+	if len(errs) == 0 {
+		return admission.Allowed("")
+	}
+	for _, e := range errs {
+		h.metrics.PodRejected(validate.Reason(e))
+	}
+	return denied(podName(pod), errs)
+}
+
+// denied refuses the request with a standard Invalid status, so clients see
+// the reason and one cause per broken rule, as for the API server's own
+// validation.
+func denied(name string, errs field.ErrorList) admission.Response {
+	status := apierrors.NewInvalid(schema.GroupKind{Kind: "Pod"}, name, errs).ErrStatus
+	return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: false, Result: &status}}
+}
+
+// podName names a pod for messages, falling back to its name prefix while
+// the API server has not generated the name yet.
+func podName(pod *corev1.Pod) string {
+	if pod.Name != "" {
+		return pod.Name
+	}
+	return pod.GenerateName
+}

@@ -1,0 +1,184 @@
+// Package lookup answers the webhook's two questions about a pod's
+// surroundings — is its namespace managed, does its namespace have a default
+// LocalQueue — from informer caches of object metadata, so the webhook keeps
+// no state of its own and sends no request to the API server per pod.
+package lookup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// LocalQueueGVK is the kind of sluice's namespaced queues.
+var LocalQueueGVK = schema.GroupVersionKind{Group: "sluice.dev", Version: "v1alpha1", Kind: "LocalQueue"}
+
+var namespaceGVK = corev1.SchemeGroupVersion.WithKind("Namespace")
+
+// ErrNotSynced is returned while the caches are still filling.
+var ErrNotSynced = errors.New("webhook caches are not synced yet")
+
+// Options configure a Cache.
+type Options struct {
+	// Namespaces selects the namespaces whose pods sluice manages.
+	Namespaces labels.Selector
+	// DefaultQueue is the name of the LocalQueue pods without a queue go to.
+	// Only LocalQueues of this name are cached.
+	DefaultQueue string
+	// RetryInterval is how long to wait before trying again when the
+	// LocalQueue CRD is not served yet. Defaults to 2s.
+	RetryInterval time.Duration
+	// Log receives progress messages.
+	Log logr.Logger
+}
+
+// Cache holds the metadata of namespaces and of default LocalQueues.
+type Cache struct {
+	cfg  *rest.Config
+	opts Options
+	// reader is set once the caches have synced; nil before.
+	reader atomic.Pointer[cache.Cache]
+	synced chan struct{}
+}
+
+// New returns a Cache that starts filling when Run is called.
+func New(cfg *rest.Config, opts Options) *Cache {
+	if opts.RetryInterval <= 0 {
+		opts.RetryInterval = 2 * time.Second
+	}
+	if opts.Namespaces == nil {
+		opts.Namespaces = labels.Everything()
+	}
+	return &Cache{cfg: cfg, opts: opts, synced: make(chan struct{})}
+}
+
+func metadataOf(gvk schema.GroupVersionKind) *metav1.PartialObjectMetadata {
+	obj := &metav1.PartialObjectMetadata{}
+	obj.SetGroupVersionKind(gvk)
+	return obj
+}
+
+// Run fills the caches and keeps them up to date until ctx is done. It
+// waits for the LocalQueue CRD if it is not served yet, so the webhook can
+// start before the CRDs are installed. Synced is closed once both caches
+// have their initial contents.
+func (c *Cache) Run(ctx context.Context) error {
+	var informers cache.Cache
+	for {
+		var err error
+		informers, err = c.build(ctx)
+		if err == nil {
+			break
+		}
+		if !meta.IsNoMatchError(err) && !apierrors.IsNotFound(err) {
+			return err
+		}
+		c.opts.Log.Info("waiting for the LocalQueue CRD to be served", "kind", LocalQueueGVK.String(), "reason", err.Error())
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(c.opts.RetryInterval):
+		}
+	}
+
+	errs := make(chan error, 1)
+	go func() { errs <- informers.Start(ctx) }()
+	if !informers.WaitForCacheSync(ctx) {
+		// WaitForCacheSync gives up only when ctx is done.
+		return <-errs
+	}
+	c.reader.Store(&informers)
+	close(c.synced)
+	c.opts.Log.Info("webhook caches synced")
+	if err := <-errs; err != nil {
+		return fmt.Errorf("run webhook caches: %w", err)
+	}
+	return nil
+}
+
+// build creates the cache and registers its two informers.
+func (c *Cache) build(ctx context.Context) (cache.Cache, error) {
+	queue := metadataOf(LocalQueueGVK)
+	informers, err := cache.New(c.cfg, cache.Options{
+		ByObject: map[client.Object]cache.ByObject{
+			// Only the default queues matter: keep nothing else in memory.
+			queue: {Field: fields.OneTermEqualSelector("metadata.name", c.opts.DefaultQueue)},
+		},
+		// Never start an informer on demand from the request path.
+		ReaderFailOnMissingInformer: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create webhook caches: %w", err)
+	}
+	for _, obj := range []client.Object{metadataOf(namespaceGVK), queue} {
+		if _, err := informers.GetInformer(ctx, obj); err != nil {
+			return nil, fmt.Errorf("watch %s: %w", obj.GetObjectKind().GroupVersionKind().Kind, err)
+		}
+	}
+	return informers, nil
+}
+
+// Synced is closed once the caches hold their initial contents.
+func (c *Cache) Synced() <-chan struct{} { return c.synced }
+
+// Ready returns nil once the caches have synced; it fits a readiness check.
+func (c *Cache) Ready(context.Context) error {
+	if c.reader.Load() == nil {
+		return ErrNotSynced
+	}
+	return nil
+}
+
+func (c *Cache) get(ctx context.Context, key types.NamespacedName, obj client.Object) (bool, error) {
+	r := c.reader.Load()
+	if r == nil {
+		return false, ErrNotSynced
+	}
+	err := (*r).Get(ctx, key, obj)
+	switch {
+	case err == nil:
+		return true, nil
+	case apierrors.IsNotFound(err):
+		return false, nil
+	default:
+		return false, fmt.Errorf("read %s %s from cache: %w", obj.GetObjectKind().GroupVersionKind().Kind, key, err)
+	}
+}
+
+// NamespaceManaged reports whether pods in the namespace are subject to
+// sluice. A namespace the cache has not seen yet (created a moment ago) is
+// judged by its name label alone, which the API server sets on every
+// namespace and on which the default selector is built.
+func (c *Cache) NamespaceManaged(ctx context.Context, namespace string) (bool, error) {
+	ns := metadataOf(namespaceGVK)
+	found, err := c.get(ctx, types.NamespacedName{Name: namespace}, ns)
+	if err != nil {
+		return false, err
+	}
+	set := labels.Set{corev1.LabelMetadataName: namespace}
+	if found {
+		set = labels.Merge(ns.Labels, set)
+	}
+	return c.opts.Namespaces.Matches(set), nil
+}
+
+// DefaultQueueExists reports whether the namespace has a LocalQueue named
+// Options.DefaultQueue.
+func (c *Cache) DefaultQueueExists(ctx context.Context, namespace string) (bool, error) {
+	return c.get(ctx, types.NamespacedName{Namespace: namespace, Name: c.opts.DefaultQueue}, metadataOf(LocalQueueGVK))
+}

@@ -1,0 +1,127 @@
+// Package mutate decides whether sluice queues a new pod and computes the
+// JSON patch that holds it for admission: queue label (when defaulted),
+// managed label, finalizer, scheduling gate, role hash and trace context.
+// The patch only adds what is missing, so it stays small and re-applying it
+// to an already mutated pod changes nothing but the trace context.
+package mutate
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"gomodules.xyz/jsonpatch/v2"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/sluice-dev/sluice/pkg/podkeys"
+	"github.com/sluice-dev/sluice/pkg/rolehash"
+)
+
+// DefaultQueue is the LocalQueue a pod without a queue-name label goes to,
+// when a LocalQueue of that name exists in its namespace.
+const DefaultQueue = "default"
+
+// Decision says whether a pod is queued and on which queue.
+type Decision struct {
+	// Queue is the LocalQueue the pod is submitted to; empty when the pod is
+	// not queued.
+	Queue string
+	// Defaulted is true when the pod had no queue-name label and the webhook
+	// chose DefaultQueue.
+	Defaulted bool
+}
+
+// Managed reports whether sluice queues the pod.
+func (d Decision) Managed() bool { return d.Queue != "" || d.Defaulted }
+
+// Decide returns the decision for a pod in a managed namespace. A pod that
+// carries the queue-name label is queued on it (an invalid value is left to
+// validation to reject); otherwise the pod is queued on DefaultQueue when
+// defaultExists reports that such a LocalQueue exists. defaultExists is only
+// called when needed.
+func Decide(pod *corev1.Pod, defaultExists func() (bool, error)) (Decision, error) {
+	if queue, ok := pod.Labels[podkeys.QueueNameLabel]; ok {
+		return Decision{Queue: queue}, nil
+	}
+	exists, err := defaultExists()
+	if err != nil {
+		return Decision{}, fmt.Errorf("look up LocalQueue %q: %w", DefaultQueue, err)
+	}
+	if !exists {
+		return Decision{}, nil
+	}
+	return Decision{Queue: DefaultQueue, Defaulted: true}, nil
+}
+
+// Patch returns the JSON patch operations that mark a queued pod. traceparent
+// is the W3C trace context to stamp on the pod; empty leaves it out.
+func Patch(pod *corev1.Pod, d Decision, traceparent string) ([]jsonpatch.JsonPatchOperation, error) {
+	labels := map[string]string{}
+	if d.Defaulted {
+		labels[podkeys.QueueNameLabel] = d.Queue
+	}
+	if pod.Labels[podkeys.ManagedLabel] != podkeys.ManagedLabelValue {
+		labels[podkeys.ManagedLabel] = podkeys.ManagedLabelValue
+	}
+
+	annotations := map[string]string{}
+	if pod.Annotations[podkeys.RoleHashAnnotation] == "" {
+		hash, err := rolehash.Compute(&pod.Spec)
+		if err != nil {
+			return nil, fmt.Errorf("compute role hash: %w", err)
+		}
+		annotations[podkeys.RoleHashAnnotation] = hash
+	}
+	if traceparent != "" {
+		annotations[podkeys.TraceparentAnnotation] = traceparent
+	}
+
+	var ops []jsonpatch.JsonPatchOperation
+	ops = append(ops, addToMap("/metadata/labels", pod.Labels, labels)...)
+	ops = append(ops, addToMap("/metadata/annotations", pod.Annotations, annotations)...)
+	if !slices.Contains(pod.Finalizers, podkeys.ManagedFinalizer) {
+		ops = append(ops, addToList("/metadata/finalizers", pod.Finalizers == nil, podkeys.ManagedFinalizer))
+	}
+	if !gated(pod) {
+		gate := corev1.PodSchedulingGate{Name: podkeys.AdmissionGate}
+		ops = append(ops, addToList("/spec/schedulingGates", pod.Spec.SchedulingGates == nil, gate))
+	}
+	return ops, nil
+}
+
+// addToMap adds entries to the string map at path. A map that does not exist
+// yet is added whole, since JSON patch cannot add a member to a missing
+// object.
+func addToMap(path string, existing, entries map[string]string) []jsonpatch.JsonPatchOperation {
+	if len(entries) == 0 {
+		return nil
+	}
+	if existing == nil {
+		return []jsonpatch.JsonPatchOperation{jsonpatch.NewOperation("add", path, entries)}
+	}
+	ops := make([]jsonpatch.JsonPatchOperation, 0, len(entries))
+	for _, k := range slices.Sorted(maps.Keys(entries)) {
+		ops = append(ops, jsonpatch.NewOperation("add", path+"/"+escape(k), entries[k]))
+	}
+	return ops
+}
+
+// addToList appends value to the list at path, creating the list if absent.
+func addToList(path string, missing bool, value any) jsonpatch.JsonPatchOperation {
+	if missing {
+		return jsonpatch.NewOperation("add", path, []any{value})
+	}
+	return jsonpatch.NewOperation("add", path+"/-", value)
+}
+
+// escape encodes a map key as a JSON pointer reference token (RFC 6901).
+func escape(key string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(key, "~", "~0"), "/", "~1")
+}
+
+func gated(pod *corev1.Pod) bool {
+	return slices.ContainsFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool {
+		return g.Name == podkeys.AdmissionGate
+	})
+}

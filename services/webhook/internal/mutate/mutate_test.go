@@ -1,0 +1,234 @@
+package mutate
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+
+	jsonpatchapply "github.com/evanphx/json-patch/v5"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sluice-dev/sluice/pkg/podkeys"
+	"github.com/sluice-dev/sluice/pkg/rolehash"
+)
+
+const traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+func newPod(labels map[string]string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", Labels: labels},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name:      "main",
+			Image:     "app",
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}},
+		}}},
+	}
+}
+
+func TestDecide(t *testing.T) {
+	errLookup := errors.New("cache down")
+	tests := []struct {
+		name       string
+		labels     map[string]string
+		exists     bool
+		lookupErr  error
+		want       Decision
+		wantLookup bool
+		wantErr    bool
+	}{
+		{name: "own queue", labels: map[string]string{podkeys.QueueNameLabel: "q"}, want: Decision{Queue: "q"}},
+		{name: "own queue wins over default", labels: map[string]string{podkeys.QueueNameLabel: "q"}, exists: true, want: Decision{Queue: "q"}},
+		{name: "no queue, no default", wantLookup: true},
+		{name: "no queue, default exists", exists: true, wantLookup: true, want: Decision{Queue: DefaultQueue, Defaulted: true}},
+		{name: "lookup fails", lookupErr: errLookup, wantLookup: true, wantErr: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			looked := false
+			got, err := Decide(newPod(tc.labels), func() (bool, error) { looked = true; return tc.exists, tc.lookupErr })
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("Decide error = %v, want error %v", err, tc.wantErr)
+			}
+			if tc.wantErr && !errors.Is(err, errLookup) {
+				t.Errorf("Decide error = %v, want it to wrap %v", err, errLookup)
+			}
+			if got != tc.want {
+				t.Errorf("Decide = %+v, want %+v", got, tc.want)
+			}
+			if looked != tc.wantLookup {
+				t.Errorf("looked up default queue = %v, want %v", looked, tc.wantLookup)
+			}
+			if got.Managed() != (tc.want.Queue != "") {
+				t.Errorf("Managed() = %v for %+v", got.Managed(), got)
+			}
+		})
+	}
+}
+
+// apply runs the patch against the pod's JSON, as the API server does.
+func apply(t *testing.T, pod *corev1.Pod, d Decision) *corev1.Pod {
+	t.Helper()
+	ops, err := Patch(pod, d, traceparent)
+	if err != nil {
+		t.Fatalf("Patch: %v", err)
+	}
+	raw, err := json.Marshal(ops)
+	if err != nil {
+		t.Fatalf("encode patch: %v", err)
+	}
+	patch, err := jsonpatchapply.DecodePatch(raw)
+	if err != nil {
+		t.Fatalf("decode patch %s: %v", raw, err)
+	}
+	doc, err := json.Marshal(pod)
+	if err != nil {
+		t.Fatalf("encode pod: %v", err)
+	}
+	patched, err := patch.Apply(doc)
+	if err != nil {
+		t.Fatalf("apply patch %s: %v", raw, err)
+	}
+	out := &corev1.Pod{}
+	if err := json.Unmarshal(patched, out); err != nil {
+		t.Fatalf("decode patched pod: %v", err)
+	}
+	return out
+}
+
+func TestPatch(t *testing.T) {
+	hash, err := rolehash.Compute(&newPod(nil).Spec)
+	if err != nil {
+		t.Fatalf("Compute: %v", err)
+	}
+	tests := []struct {
+		name     string
+		pod      func() *corev1.Pod
+		decision Decision
+		check    func(t *testing.T, got *corev1.Pod)
+	}{
+		{
+			name:     "bare pod gets every mark",
+			pod:      func() *corev1.Pod { return newPod(map[string]string{podkeys.QueueNameLabel: "q"}) },
+			decision: Decision{Queue: "q"},
+			check: func(t *testing.T, got *corev1.Pod) {
+				wantLabels := map[string]string{podkeys.QueueNameLabel: "q", podkeys.ManagedLabel: "true"}
+				if !equality.Semantic.DeepEqual(got.Labels, wantLabels) {
+					t.Errorf("labels = %v, want %v", got.Labels, wantLabels)
+				}
+				wantAnn := map[string]string{podkeys.RoleHashAnnotation: hash, podkeys.TraceparentAnnotation: traceparent}
+				if !equality.Semantic.DeepEqual(got.Annotations, wantAnn) {
+					t.Errorf("annotations = %v, want %v", got.Annotations, wantAnn)
+				}
+				if want := []string{podkeys.ManagedFinalizer}; !equality.Semantic.DeepEqual(got.Finalizers, want) {
+					t.Errorf("finalizers = %v, want %v", got.Finalizers, want)
+				}
+				if want := []corev1.PodSchedulingGate{{Name: podkeys.AdmissionGate}}; !equality.Semantic.DeepEqual(got.Spec.SchedulingGates, want) {
+					t.Errorf("gates = %v, want %v", got.Spec.SchedulingGates, want)
+				}
+			},
+		},
+		{
+			name:     "default queue is set",
+			pod:      func() *corev1.Pod { return newPod(map[string]string{"app": "x"}) },
+			decision: Decision{Queue: DefaultQueue, Defaulted: true},
+			check: func(t *testing.T, got *corev1.Pod) {
+				want := map[string]string{"app": "x", podkeys.QueueNameLabel: DefaultQueue, podkeys.ManagedLabel: "true"}
+				if !equality.Semantic.DeepEqual(got.Labels, want) {
+					t.Errorf("labels = %v, want %v", got.Labels, want)
+				}
+			},
+		},
+		{
+			name: "other gates and finalizers are kept, ours appended",
+			pod: func() *corev1.Pod {
+				p := newPod(map[string]string{podkeys.QueueNameLabel: "q"})
+				p.Finalizers = []string{"example.com/keep"}
+				p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/gate"}}
+				return p
+			},
+			decision: Decision{Queue: "q"},
+			check: func(t *testing.T, got *corev1.Pod) {
+				wantGates := []corev1.PodSchedulingGate{{Name: "example.com/gate"}, {Name: podkeys.AdmissionGate}}
+				if !equality.Semantic.DeepEqual(got.Spec.SchedulingGates, wantGates) {
+					t.Errorf("gates = %v, want %v", got.Spec.SchedulingGates, wantGates)
+				}
+				wantFin := []string{"example.com/keep", podkeys.ManagedFinalizer}
+				if !equality.Semantic.DeepEqual(got.Finalizers, wantFin) {
+					t.Errorf("finalizers = %v, want %v", got.Finalizers, wantFin)
+				}
+			},
+		},
+		{
+			name: "gate and finalizer are added only once",
+			pod: func() *corev1.Pod {
+				p := newPod(map[string]string{podkeys.QueueNameLabel: "q", podkeys.ManagedLabel: "true"})
+				p.Finalizers = []string{podkeys.ManagedFinalizer}
+				p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: podkeys.AdmissionGate}, {Name: "example.com/gate"}}
+				return p
+			},
+			decision: Decision{Queue: "q"},
+			check: func(t *testing.T, got *corev1.Pod) {
+				wantGates := []corev1.PodSchedulingGate{{Name: podkeys.AdmissionGate}, {Name: "example.com/gate"}}
+				if !equality.Semantic.DeepEqual(got.Spec.SchedulingGates, wantGates) {
+					t.Errorf("gates = %v, want %v", got.Spec.SchedulingGates, wantGates)
+				}
+				if want := []string{podkeys.ManagedFinalizer}; !equality.Semantic.DeepEqual(got.Finalizers, want) {
+					t.Errorf("finalizers = %v, want %v", got.Finalizers, want)
+				}
+			},
+		},
+		{
+			name: "existing role hash is kept",
+			pod: func() *corev1.Pod {
+				p := newPod(map[string]string{podkeys.QueueNameLabel: "q"})
+				p.Annotations = map[string]string{podkeys.RoleHashAnnotation: "driver", "note": "x"}
+				return p
+			},
+			decision: Decision{Queue: "q"},
+			check: func(t *testing.T, got *corev1.Pod) {
+				want := map[string]string{podkeys.RoleHashAnnotation: "driver", "note": "x", podkeys.TraceparentAnnotation: traceparent}
+				if !equality.Semantic.DeepEqual(got.Annotations, want) {
+					t.Errorf("annotations = %v, want %v", got.Annotations, want)
+				}
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.check(t, apply(t, tc.pod(), tc.decision))
+		})
+	}
+}
+
+func TestPatchIsIdempotent(t *testing.T) {
+	once := apply(t, newPod(map[string]string{podkeys.QueueNameLabel: "q"}), Decision{Queue: "q"})
+	ops, err := Patch(once, Decision{Queue: "q"}, traceparent)
+	if err != nil {
+		t.Fatalf("Patch: %v", err)
+	}
+	// Only the trace context is stamped again; every other mark is present.
+	if len(ops) != 1 || ops[0].Path != "/metadata/annotations/sluice.dev~1traceparent" {
+		t.Errorf("second patch = %+v, want only the traceparent annotation", ops)
+	}
+	twice := apply(t, once, Decision{Queue: "q"})
+	if !equality.Semantic.DeepEqual(once, twice) {
+		t.Errorf("patching twice changed the pod:\n%+v\n%+v", once, twice)
+	}
+}
+
+func TestPatchWithoutTraceparent(t *testing.T) {
+	ops, err := Patch(newPod(nil), Decision{Queue: DefaultQueue, Defaulted: true}, "")
+	if err != nil {
+		t.Fatalf("Patch: %v", err)
+	}
+	for _, op := range ops {
+		if m, ok := op.Value.(map[string]string); ok {
+			if _, found := m[podkeys.TraceparentAnnotation]; found {
+				t.Errorf("patch stamps an empty trace context: %+v", op)
+			}
+		}
+	}
+}

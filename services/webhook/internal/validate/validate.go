@@ -1,0 +1,146 @@
+// Package validate checks the queueing keys a user puts on a pod: the
+// labels and annotations sluice reads to queue and group it. It reports every
+// problem at once as a field.ErrorList naming the key and the rule broken.
+package validate
+
+import (
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/sluice-dev/sluice/pkg/podkeys"
+)
+
+var (
+	labelsPath      = field.NewPath("metadata", "labels")
+	annotationsPath = field.NewPath("metadata", "annotations")
+
+	queueNamePath  = labelsPath.Key(podkeys.QueueNameLabel)
+	groupNamePath  = labelsPath.Key(podkeys.PodGroupNameLabel)
+	managedPath    = labelsPath.Key(podkeys.ManagedLabel)
+	totalCountPath = annotationsPath.Key(podkeys.PodGroupTotalCountAnnotation)
+	retriablePath  = annotationsPath.Key(podkeys.RetriableInGroupAnnotation)
+)
+
+// The details below are part of sluice's user-facing contract: they are
+// documented in docs/webhook.md and asserted by the integration test.
+const (
+	// DetailGroupNeedsCount is the detail when a group name has no total count.
+	DetailGroupNeedsCount = "a pod that names a group must also declare how many pods the group has"
+	// DetailCountNeedsGroup is the detail when a total count has no group name.
+	DetailCountNeedsGroup = "a pod that declares a group size must also name its group"
+	// DetailNotSubdomain prefixes the detail when a name is not a DNS-1123 subdomain.
+	DetailNotSubdomain = "must be a DNS-1123 subdomain"
+	// DetailCountNotInteger is the detail when the total count does not parse.
+	DetailCountNotInteger = "must be a whole number of pods"
+	// DetailCountTooSmall is the detail when the total count is zero or negative.
+	DetailCountTooSmall = "a group must have at least 1 pod"
+	// DetailManagedValue is the detail when the managed label is not "true".
+	DetailManagedValue = `sluice sets this label itself; the only value allowed is "true"`
+	// DetailQueueImmutable is the detail when a running pod changes queue.
+	DetailQueueImmutable = "the queue can only change while the pod waits for admission or after it has finished"
+	// DetailGroupImmutable is the detail when a pod leaves or changes its group.
+	DetailGroupImmutable = "a pod cannot leave or change its group once it names one"
+	// DetailRetriableFinal is the detail when retriable-in-group "false" is changed.
+	DetailRetriableFinal = `once "false", this annotation can be neither removed nor changed`
+)
+
+// Create returns what is wrong with the queueing keys of a new pod.
+func Create(pod *corev1.Pod) field.ErrorList {
+	var errs field.ErrorList
+	labels, annotations := pod.Labels, pod.Annotations
+
+	groupName, hasGroup := labels[podkeys.PodGroupNameLabel]
+	totalCount, hasCount := annotations[podkeys.PodGroupTotalCountAnnotation]
+	switch {
+	case hasGroup && !hasCount:
+		errs = append(errs, field.Required(totalCountPath, DetailGroupNeedsCount))
+	case hasCount && !hasGroup:
+		errs = append(errs, field.Required(groupNamePath, DetailCountNeedsGroup))
+	}
+	if hasGroup {
+		errs = append(errs, subdomain(groupNamePath, groupName)...)
+	}
+	if hasCount {
+		errs = append(errs, count(totalCountPath, totalCount)...)
+	}
+	if queue, ok := labels[podkeys.QueueNameLabel]; ok {
+		errs = append(errs, subdomain(queueNamePath, queue)...)
+	}
+	if managed, ok := labels[podkeys.ManagedLabel]; ok && managed != podkeys.ManagedLabelValue {
+		errs = append(errs, field.Forbidden(managedPath, DetailManagedValue))
+	}
+	return errs
+}
+
+// Update returns what is wrong with an update of a pod from old to pod: the
+// rules of Create on the new pod plus the keys that may not change.
+func Update(old, pod *corev1.Pod) field.ErrorList {
+	errs := Create(pod)
+
+	oldQueue, newQueue := old.Labels[podkeys.QueueNameLabel], pod.Labels[podkeys.QueueNameLabel]
+	if oldQueue != newQueue && !gated(old) && !finished(old) {
+		errs = append(errs, field.Invalid(queueNamePath, newQueue, DetailQueueImmutable))
+	}
+
+	if oldGroup, ok := old.Labels[podkeys.PodGroupNameLabel]; ok {
+		if newGroup := pod.Labels[podkeys.PodGroupNameLabel]; newGroup != oldGroup {
+			errs = append(errs, field.Invalid(groupNamePath, newGroup, DetailGroupImmutable))
+		}
+	}
+
+	if old.Annotations[podkeys.RetriableInGroupAnnotation] == "false" &&
+		pod.Annotations[podkeys.RetriableInGroupAnnotation] != "false" {
+		errs = append(errs, field.Forbidden(retriablePath, DetailRetriableFinal))
+	}
+	return errs
+}
+
+// Reason names the rule an error breaks, for the rejection metric: the
+// error type and the key, e.g. "Invalid:queue-name". The set is small and
+// fixed, so it is safe as a metric label.
+func Reason(e *field.Error) string {
+	key := e.Field
+	if i := strings.LastIndex(key, "/"); i >= 0 {
+		key = key[i+1:]
+	}
+	key = strings.TrimSuffix(key, "]")
+	return strings.ReplaceAll(string(e.Type), "FieldValue", "") + ":" + key
+}
+
+func subdomain(path *field.Path, value string) field.ErrorList {
+	problems := validation.IsDNS1123Subdomain(value)
+	if len(problems) == 0 {
+		return nil
+	}
+	return field.ErrorList{field.Invalid(path, value, DetailNotSubdomain+" ("+strings.Join(problems, "; ")+")")}
+}
+
+func count(path *field.Path, value string) field.ErrorList {
+	n, err := strconv.ParseInt(value, 10, 32)
+	if err != nil {
+		return field.ErrorList{field.Invalid(path, value, DetailCountNotInteger)}
+	}
+	if n < 1 {
+		return field.ErrorList{field.Invalid(path, value, DetailCountTooSmall)}
+	}
+	return nil
+}
+
+// gated reports whether the pod still waits behind sluice's admission gate.
+func gated(pod *corev1.Pod) bool {
+	for _, g := range pod.Spec.SchedulingGates {
+		if g.Name == podkeys.AdmissionGate {
+			return true
+		}
+	}
+	return false
+}
+
+// finished reports whether the pod has terminated.
+func finished(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}

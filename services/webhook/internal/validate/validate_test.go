@@ -1,0 +1,213 @@
+package validate
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/sluice-dev/sluice/pkg/podkeys"
+)
+
+func pod(labels, annotations map[string]string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", Labels: labels, Annotations: annotations}}
+}
+
+// want describes one expected error by its rendered form.
+type want struct {
+	typ    field.ErrorType
+	field  string
+	detail string
+}
+
+func check(t *testing.T, got field.ErrorList, wants []want) {
+	t.Helper()
+	if len(got) != len(wants) {
+		t.Fatalf("got %d errors %v, want %d %v", len(got), got, len(wants), wants)
+	}
+	for i, w := range wants {
+		if got[i].Type != w.typ || got[i].Field != w.field || !strings.Contains(got[i].Detail, w.detail) {
+			t.Errorf("error %d = %q, want type %s field %s detail containing %q", i, got[i].Error(), w.typ, w.field, w.detail)
+		}
+	}
+}
+
+const (
+	queueField = "metadata.labels[kueue.x-k8s.io/queue-name]"
+	groupField = "metadata.labels[kueue.x-k8s.io/pod-group-name]"
+	mngField   = "metadata.labels[kueue.x-k8s.io/managed]"
+	countField = "metadata.annotations[kueue.x-k8s.io/pod-group-total-count]"
+	retryField = "metadata.annotations[kueue.x-k8s.io/retriable-in-group]"
+)
+
+func TestCreate(t *testing.T) {
+	tests := []struct {
+		name        string
+		labels      map[string]string
+		annotations map[string]string
+		want        []want
+	}{
+		{name: "no keys"},
+		{name: "queued single pod", labels: map[string]string{podkeys.QueueNameLabel: "team-a", podkeys.ManagedLabel: "true"}},
+		{
+			name:        "complete group",
+			labels:      map[string]string{podkeys.QueueNameLabel: "q", podkeys.PodGroupNameLabel: "g.one"},
+			annotations: map[string]string{podkeys.PodGroupTotalCountAnnotation: "3"},
+		},
+		{
+			name:   "group without count",
+			labels: map[string]string{podkeys.PodGroupNameLabel: "g"},
+			want:   []want{{field.ErrorTypeRequired, countField, DetailGroupNeedsCount}},
+		},
+		{
+			name:        "count without group",
+			annotations: map[string]string{podkeys.PodGroupTotalCountAnnotation: "2"},
+			want:        []want{{field.ErrorTypeRequired, groupField, DetailCountNeedsGroup}},
+		},
+		{
+			name:        "group name not a subdomain",
+			labels:      map[string]string{podkeys.PodGroupNameLabel: "Group_A"},
+			annotations: map[string]string{podkeys.PodGroupTotalCountAnnotation: "2"},
+			want:        []want{{field.ErrorTypeInvalid, groupField, DetailNotSubdomain}},
+		},
+		{
+			name:        "count not an integer",
+			labels:      map[string]string{podkeys.PodGroupNameLabel: "g"},
+			annotations: map[string]string{podkeys.PodGroupTotalCountAnnotation: "two"},
+			want:        []want{{field.ErrorTypeInvalid, countField, DetailCountNotInteger}},
+		},
+		{
+			name:        "count zero",
+			labels:      map[string]string{podkeys.PodGroupNameLabel: "g"},
+			annotations: map[string]string{podkeys.PodGroupTotalCountAnnotation: "0"},
+			want:        []want{{field.ErrorTypeInvalid, countField, DetailCountTooSmall}},
+		},
+		{
+			name:        "count negative",
+			labels:      map[string]string{podkeys.PodGroupNameLabel: "g"},
+			annotations: map[string]string{podkeys.PodGroupTotalCountAnnotation: "-4"},
+			want:        []want{{field.ErrorTypeInvalid, countField, DetailCountTooSmall}},
+		},
+		{
+			name:   "queue name not a subdomain",
+			labels: map[string]string{podkeys.QueueNameLabel: "Team A"},
+			want:   []want{{field.ErrorTypeInvalid, queueField, DetailNotSubdomain}},
+		},
+		{
+			name:   "empty queue name",
+			labels: map[string]string{podkeys.QueueNameLabel: ""},
+			want:   []want{{field.ErrorTypeInvalid, queueField, DetailNotSubdomain}},
+		},
+		{
+			name:   "managed false",
+			labels: map[string]string{podkeys.ManagedLabel: "false"},
+			want:   []want{{field.ErrorTypeForbidden, mngField, DetailManagedValue}},
+		},
+		{
+			name:   "every problem at once",
+			labels: map[string]string{podkeys.PodGroupNameLabel: "BAD", podkeys.QueueNameLabel: "BAD", podkeys.ManagedLabel: "yes"},
+			want: []want{
+				{field.ErrorTypeRequired, countField, DetailGroupNeedsCount},
+				{field.ErrorTypeInvalid, groupField, DetailNotSubdomain},
+				{field.ErrorTypeInvalid, queueField, DetailNotSubdomain},
+				{field.ErrorTypeForbidden, mngField, DetailManagedValue},
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			check(t, Create(pod(tc.labels, tc.annotations)), tc.want)
+		})
+	}
+}
+
+func TestUpdate(t *testing.T) {
+	gated := func(p *corev1.Pod) *corev1.Pod {
+		p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "other"}, {Name: podkeys.AdmissionGate}}
+		return p
+	}
+	phase := func(ph corev1.PodPhase) func(*corev1.Pod) *corev1.Pod {
+		return func(p *corev1.Pod) *corev1.Pod { p.Status.Phase = ph; return p }
+	}
+	running := phase(corev1.PodRunning)
+	q := func(name string) map[string]string { return map[string]string{podkeys.QueueNameLabel: name} }
+	group := func(name string) map[string]string {
+		return map[string]string{podkeys.QueueNameLabel: "q", podkeys.PodGroupNameLabel: name}
+	}
+	count := map[string]string{podkeys.PodGroupTotalCountAnnotation: "2"}
+	retriable := func(v string) map[string]string { return map[string]string{podkeys.RetriableInGroupAnnotation: v} }
+
+	tests := []struct {
+		name string
+		old  *corev1.Pod
+		new  *corev1.Pod
+		want []want
+	}{
+		{name: "queue change while gated", old: gated(pod(q("a"), nil)), new: pod(q("b"), nil)},
+		{name: "queue change after success", old: phase(corev1.PodSucceeded)(pod(q("a"), nil)), new: pod(q("b"), nil)},
+		{name: "queue change after failure", old: phase(corev1.PodFailed)(pod(q("a"), nil)), new: pod(q("b"), nil)},
+		{
+			name: "queue change while running",
+			old:  running(pod(q("a"), nil)), new: running(pod(q("b"), nil)),
+			want: []want{{field.ErrorTypeInvalid, queueField, DetailQueueImmutable}},
+		},
+		{
+			name: "queue removed while running",
+			old:  running(pod(q("a"), nil)), new: running(pod(nil, nil)),
+			want: []want{{field.ErrorTypeInvalid, queueField, DetailQueueImmutable}},
+		},
+		{name: "unchanged running pod", old: running(pod(q("a"), nil)), new: running(pod(q("a"), nil))},
+		{name: "group added", old: running(pod(q("q"), nil)), new: running(pod(group("g"), count))},
+		{
+			name: "group changed",
+			old:  gated(pod(group("g"), count)), new: pod(group("h"), count),
+			want: []want{{field.ErrorTypeInvalid, groupField, DetailGroupImmutable}},
+		},
+		{
+			name: "group removed",
+			old:  gated(pod(group("g"), count)), new: pod(q("q"), nil),
+			want: []want{{field.ErrorTypeInvalid, groupField, DetailGroupImmutable}},
+		},
+		{name: "retriable false kept", old: pod(nil, retriable("false")), new: pod(nil, retriable("false"))},
+		{name: "retriable set to false", old: pod(nil, nil), new: pod(nil, retriable("false"))},
+		{name: "retriable true changed", old: pod(nil, retriable("true")), new: pod(nil, retriable("false"))},
+		{
+			name: "retriable false removed",
+			old:  pod(nil, retriable("false")), new: pod(nil, nil),
+			want: []want{{field.ErrorTypeForbidden, retryField, DetailRetriableFinal}},
+		},
+		{
+			name: "retriable false flipped",
+			old:  pod(nil, retriable("false")), new: pod(nil, retriable("true")),
+			want: []want{{field.ErrorTypeForbidden, retryField, DetailRetriableFinal}},
+		},
+		{
+			name: "create rules apply on update",
+			old:  pod(q("a"), nil), new: pod(map[string]string{podkeys.QueueNameLabel: "a", podkeys.ManagedLabel: "false"}, nil),
+			want: []want{{field.ErrorTypeForbidden, mngField, DetailManagedValue}},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			check(t, Update(tc.old, tc.new), tc.want)
+		})
+	}
+}
+
+func TestReason(t *testing.T) {
+	tests := []struct {
+		err  *field.Error
+		want string
+	}{
+		{field.Required(totalCountPath, ""), "Required:pod-group-total-count"},
+		{field.Invalid(queueNamePath, "x", ""), "Invalid:queue-name"},
+		{field.Forbidden(managedPath, ""), "Forbidden:managed"},
+	}
+	for _, tc := range tests {
+		if got := Reason(tc.err); got != tc.want {
+			t.Errorf("Reason(%q) = %q, want %q", tc.err.Error(), got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,397 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sluice-dev/sluice/pkg/podkeys"
+	"github.com/sluice-dev/sluice/pkg/rolehash"
+)
+
+var traceparentRE = regexp.MustCompile(`^00-[0-9a-f]{32}-[0-9a-f]{16}-0[01]$`)
+
+func testContext(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func createNamespace(ctx context.Context, t *testing.T, name string) {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := s.client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("create namespace %s: %v", name, err)
+	}
+}
+
+func newPod(ns, name string, labels, annotations map[string]string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels, Annotations: annotations},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name:  "main",
+			Image: "registry.example/app:1",
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+				corev1.ResourceCPU: resource.MustParse("500m"),
+			}},
+		}}},
+	}
+}
+
+func hasGate(pod *corev1.Pod, name string) int {
+	n := 0
+	for _, g := range pod.Spec.SchedulingGates {
+		if g.Name == name {
+			n++
+		}
+	}
+	return n
+}
+
+// assertMarked checks every mark the webhook puts on a queued pod.
+func assertMarked(t *testing.T, pod *corev1.Pod, queue string) {
+	t.Helper()
+	if got := pod.Labels[podkeys.QueueNameLabel]; got != queue {
+		t.Errorf("queue-name = %q, want %q", got, queue)
+	}
+	if got := pod.Labels[podkeys.ManagedLabel]; got != "true" {
+		t.Errorf("managed label = %q, want \"true\"", got)
+	}
+	if !slices.Contains(pod.Finalizers, podkeys.ManagedFinalizer) {
+		t.Errorf("finalizers = %v, want %s", pod.Finalizers, podkeys.ManagedFinalizer)
+	}
+	if n := hasGate(pod, podkeys.AdmissionGate); n != 1 {
+		t.Errorf("admission gate appears %d times in %v, want once", n, pod.Spec.SchedulingGates)
+	}
+	want, err := rolehash.Compute(&pod.Spec)
+	if err != nil {
+		t.Fatalf("rolehash.Compute: %v", err)
+	}
+	if got := pod.Annotations[podkeys.RoleHashAnnotation]; got != want {
+		t.Errorf("role hash = %q, want %q (hash of the stored spec)", got, want)
+	}
+	if tp := pod.Annotations[podkeys.TraceparentAnnotation]; !traceparentRE.MatchString(tp) {
+		t.Errorf("traceparent = %q, want a W3C trace context", tp)
+	}
+}
+
+func assertUntouched(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	if _, ok := pod.Labels[podkeys.ManagedLabel]; ok {
+		t.Errorf("managed label set on %s/%s", pod.Namespace, pod.Name)
+	}
+	if len(pod.Finalizers) != 0 || len(pod.Spec.SchedulingGates) != 0 || len(pod.Annotations) != 0 {
+		t.Errorf("pod %s/%s was changed: finalizers %v gates %v annotations %v",
+			pod.Namespace, pod.Name, pod.Finalizers, pod.Spec.SchedulingGates, pod.Annotations)
+	}
+}
+
+func TestQueuedPodIsMarked(t *testing.T) {
+	ctx := testContext(t)
+	createNamespace(ctx, t, "team-a")
+	pod := newPod("team-a", "single", map[string]string{podkeys.QueueNameLabel: "research"}, nil)
+	pod.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/other"}}
+	if err := s.client.Create(ctx, pod); err != nil {
+		t.Fatalf("create pod: %v", err)
+	}
+	assertMarked(t, pod, "research")
+	if hasGate(pod, "example.com/other") != 1 {
+		t.Errorf("the pod's own gate was lost: %v", pod.Spec.SchedulingGates)
+	}
+
+	// A user's own role hash is kept.
+	own := newPod("team-a", "own-hash", map[string]string{podkeys.QueueNameLabel: "research"},
+		map[string]string{podkeys.RoleHashAnnotation: "driver"})
+	if err := s.client.Create(ctx, own); err != nil {
+		t.Fatalf("create pod: %v", err)
+	}
+	if got := own.Annotations[podkeys.RoleHashAnnotation]; got != "driver" {
+		t.Errorf("role hash = %q, want the pod's own \"driver\"", got)
+	}
+
+	body, _, err := s.webhook.get(ctx, "/metrics")
+	if err != nil {
+		t.Fatalf("read metrics: %v", err)
+	}
+	if v := metricValue(body, "sluice_webhook_pods_gated_total"); v < 2 {
+		t.Errorf("sluice_webhook_pods_gated_total = %v, want at least 2", v)
+	}
+}
+
+func TestPodsLeftAlone(t *testing.T) {
+	ctx := testContext(t)
+	createNamespace(ctx, t, "team-b")
+	createNamespace(ctx, t, "sluice-system")
+	tests := []struct {
+		name string
+		pod  *corev1.Pod
+	}{
+		{name: "no queue and no default queue", pod: newPod("team-b", "plain", nil, nil)},
+		{name: "kube-system", pod: newPod("kube-system", "queued", map[string]string{podkeys.QueueNameLabel: "q"}, nil)},
+		{name: "sluice's own namespace", pod: newPod("sluice-system", "queued", map[string]string{podkeys.QueueNameLabel: "q"}, nil)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := s.client.Create(ctx, tc.pod); err != nil {
+				t.Fatalf("create pod: %v", err)
+			}
+			assertUntouched(t, tc.pod)
+		})
+	}
+}
+
+func TestDefaultLocalQueue(t *testing.T) {
+	ctx := testContext(t)
+	createNamespace(ctx, t, "team-c")
+	lq := &unstructured.Unstructured{}
+	lq.SetAPIVersion("sluice.dev/v1alpha1")
+	lq.SetKind("LocalQueue")
+	lq.SetNamespace("team-c")
+	lq.SetName("default")
+	if err := unstructured.SetNestedField(lq.Object, "main", "spec", "clusterQueue"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.client.Create(ctx, lq); err != nil {
+		t.Fatalf("create LocalQueue: %v", err)
+	}
+	// The webhook learns of the queue through its watch; retry until the
+	// cache has it, removing pods created before.
+	var pod *corev1.Pod
+	err := poll(ctx, func() error {
+		pod = newPod("team-c", "", nil, nil)
+		pod.GenerateName = "defaulted-"
+		if err := s.client.Create(ctx, pod); err != nil {
+			return err
+		}
+		if pod.Labels[podkeys.QueueNameLabel] == "default" {
+			return nil
+		}
+		_ = s.client.Delete(ctx, pod)
+		return fmt.Errorf("pod %s got no default queue yet", pod.Name)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertMarked(t, pod, "default")
+}
+
+// The messages below are documented in docs/webhook.md.
+func TestInvalidPodsAreRefused(t *testing.T) {
+	ctx := testContext(t)
+	createNamespace(ctx, t, "team-d")
+	const denied = `admission webhook "validate.pods.sluice.dev" denied the request: `
+	tests := []struct {
+		name        string
+		labels      map[string]string
+		annotations map[string]string
+		message     string
+	}{
+		{
+			name:    "group-without-count",
+			labels:  map[string]string{podkeys.QueueNameLabel: "q", podkeys.PodGroupNameLabel: "g"},
+			message: `Pod "group-without-count" is invalid: metadata.annotations[kueue.x-k8s.io/pod-group-total-count]: Required value: a pod that names a group must also declare how many pods the group has`,
+		},
+		{
+			name:        "count-without-group",
+			labels:      map[string]string{podkeys.QueueNameLabel: "q"},
+			annotations: map[string]string{podkeys.PodGroupTotalCountAnnotation: "2"},
+			message:     `Pod "count-without-group" is invalid: metadata.labels[kueue.x-k8s.io/pod-group-name]: Required value: a pod that declares a group size must also name its group`,
+		},
+		{
+			name:        "zero-count",
+			labels:      map[string]string{podkeys.QueueNameLabel: "q", podkeys.PodGroupNameLabel: "g"},
+			annotations: map[string]string{podkeys.PodGroupTotalCountAnnotation: "0"},
+			message:     `Pod "zero-count" is invalid: metadata.annotations[kueue.x-k8s.io/pod-group-total-count]: Invalid value: "0": a group must have at least 1 pod`,
+		},
+		{
+			name:        "count-not-a-number",
+			labels:      map[string]string{podkeys.QueueNameLabel: "q", podkeys.PodGroupNameLabel: "g"},
+			annotations: map[string]string{podkeys.PodGroupTotalCountAnnotation: "three"},
+			message:     `Pod "count-not-a-number" is invalid: metadata.annotations[kueue.x-k8s.io/pod-group-total-count]: Invalid value: "three": must be a whole number of pods`,
+		},
+		{
+			name:    "bad-queue-name",
+			labels:  map[string]string{podkeys.QueueNameLabel: "Team_A"},
+			message: `Pod "bad-queue-name" is invalid: metadata.labels[kueue.x-k8s.io/queue-name]: Invalid value: "Team_A": must be a DNS-1123 subdomain (`,
+		},
+		{
+			name:    "managed-false",
+			labels:  map[string]string{podkeys.ManagedLabel: "false"},
+			message: `Pod "managed-false" is invalid: metadata.labels[kueue.x-k8s.io/managed]: Forbidden: sluice sets this label itself; the only value allowed is "true"`,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := s.client.Create(ctx, newPod("team-d", tc.name, tc.labels, tc.annotations))
+			if err == nil {
+				t.Fatal("pod was created; want it refused")
+			}
+			if !apierrors.IsInvalid(err) {
+				t.Errorf("error reason = %v, want Invalid", apierrors.ReasonForError(err))
+			}
+			if !strings.HasPrefix(err.Error(), denied+tc.message) {
+				t.Errorf("error =\n%s\nwant it to start with\n%s", err, denied+tc.message)
+			}
+			got := &corev1.Pod{}
+			if err := s.client.Get(ctx, types.NamespacedName{Namespace: "team-d", Name: tc.name}, got); !apierrors.IsNotFound(err) {
+				t.Errorf("get refused pod: %v, want NotFound", err)
+			}
+		})
+	}
+	body, _, err := s.webhook.get(ctx, "/metrics")
+	if err != nil {
+		t.Fatalf("read metrics: %v", err)
+	}
+	if v := metricValue(body, `sluice_webhook_pods_rejected_total{reason="Forbidden:managed"}`); v < 1 {
+		t.Errorf(`pods_rejected_total{reason="Forbidden:managed"} = %v, want at least 1`, v)
+	}
+}
+
+func TestQueueOfRunningPodCannotChange(t *testing.T) {
+	ctx := testContext(t)
+	createNamespace(ctx, t, "team-e")
+	pod := newPod("team-e", "runner", map[string]string{podkeys.QueueNameLabel: "first"}, nil)
+	if err := s.client.Create(ctx, pod); err != nil {
+		t.Fatalf("create pod: %v", err)
+	}
+	relabel := func(c client.Client, queue string) error {
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, podkeys.QueueNameLabel, queue)
+		return c.Patch(ctx, pod, client.RawPatch(types.MergePatchType, []byte(patch)))
+	}
+
+	// While gated the queue may change.
+	if err := relabel(s.client, "second"); err != nil {
+		t.Fatalf("change queue of gated pod: %v", err)
+	}
+
+	// Ungate and run it, as the grouper and kubelet would.
+	ungate := []byte(`[{"op":"replace","path":"/spec/schedulingGates","value":[]}]`)
+	if err := s.client.Patch(ctx, pod, client.RawPatch(types.JSONPatchType, ungate)); err != nil {
+		t.Fatalf("ungate: %v", err)
+	}
+	pod.Status.Phase = corev1.PodRunning
+	if err := s.client.Status().Update(ctx, pod); err != nil {
+		t.Fatalf("set phase Running: %v", err)
+	}
+
+	validations := func() float64 {
+		body, _, err := s.webhook.get(ctx, "/metrics")
+		if err != nil {
+			t.Fatalf("read metrics: %v", err)
+		}
+		return metricValue(body, `sluice_webhook_admission_duration_seconds_count{webhook="validating"}`)
+	}
+	before := validations()
+
+	// An update that touches no queueing key never reaches the webhook.
+	if err := s.client.Patch(ctx, pod, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"unrelated":"x"}}}`))); err != nil {
+		t.Fatalf("unrelated update: %v", err)
+	}
+	if got := validations(); got != before {
+		t.Errorf("validating webhook was called %v times for an update of no queueing key, want 0", got-before)
+	}
+
+	err := relabel(s.client, "third")
+	const want = `admission webhook "validate.pods.sluice.dev" denied the request: Pod "runner" is invalid: metadata.labels[kueue.x-k8s.io/queue-name]: Invalid value: "third": the queue can only change while the pod waits for admission or after it has finished`
+	if err == nil || err.Error() != want {
+		t.Fatalf("change queue of running pod: error %v\nwant %s", err, want)
+	}
+	if got := validations(); got != before+1 {
+		t.Errorf("validating webhook calls = %v, want %v", got, before+1)
+	}
+
+	// sluice's own service accounts are not validated.
+	grantPodPatch(ctx, t, "team-e", "sluice-system", "grouper")
+	cfg := rest.CopyConfig(s.env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:sluice-system:grouper"}
+	own, err := client.New(cfg, client.Options{Scheme: s.client.Scheme()})
+	if err != nil {
+		t.Fatalf("impersonating client: %v", err)
+	}
+	if err := relabel(own, "fourth"); err != nil {
+		t.Fatalf("update by sluice's service account: %v", err)
+	}
+}
+
+// grantPodPatch lets a service account patch pods in namespace.
+func grantPodPatch(ctx context.Context, t *testing.T, namespace, saNamespace, sa string) {
+	t.Helper()
+	role := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "pod-patcher"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "patch"}}},
+	}
+	binding := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "pod-patcher"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: saNamespace, Name: sa}},
+	}
+	for _, obj := range []client.Object{role, binding} {
+		if err := s.client.Create(ctx, obj); err != nil {
+			t.Fatalf("create %T: %v", obj, err)
+		}
+	}
+}
+
+// TestShutdownUnregisters runs a second webhook that manages no namespace,
+// stops it with SIGTERM and checks that it exits cleanly and removes its
+// configurations.
+func TestShutdownUnregisters(t *testing.T) {
+	ctx := testContext(t)
+	const name = "sluice-webhook-shutdown"
+	p, err := startWebhook(ctx, name, "--managed-namespaces", "sluice.dev/test-selects=nothing", "--unregister-on-exit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	if err := s.client.Get(ctx, types.NamespacedName{Name: name}, cfg); err != nil {
+		t.Fatalf("get validating configuration of a ready webhook: %v", err)
+	}
+	if got := cfg.Webhooks[0].NamespaceSelector.String(); !strings.Contains(got, "sluice.dev/test-selects") {
+		t.Errorf("namespace selector = %s, want the --managed-namespaces one", got)
+	}
+	if err := p.stop(20 * time.Second); err != nil {
+		t.Fatalf("webhook exit after SIGTERM: %v\n%s", err, tail(p.logPath))
+	}
+	for _, obj := range []client.Object{&admissionregistrationv1.MutatingWebhookConfiguration{}, &admissionregistrationv1.ValidatingWebhookConfiguration{}} {
+		if err := s.client.Get(ctx, types.NamespacedName{Name: name}, obj); !apierrors.IsNotFound(err) {
+			t.Errorf("%T %s after shutdown: %v, want NotFound", obj, name, err)
+		}
+	}
+}
+
+// metricValue returns the value of the sample whose name and labels start
+// with prefix, or -1 when there is none.
+func metricValue(body, prefix string) float64 {
+	for _, line := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(line, prefix) || strings.HasPrefix(line, "#") {
+			continue
+		}
+		rest := strings.TrimPrefix(line, prefix)
+		if !strings.HasPrefix(rest, " ") && !strings.HasPrefix(rest, "{") {
+			continue
+		}
+		fields := strings.Fields(line)
+		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		if err == nil {
+			return v
+		}
+	}
+	return -1
+}
