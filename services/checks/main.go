@@ -1,0 +1,135 @@
+// Command checks serves sluice's built-in admission-check providers over
+// sluice.checks.v1. Today it serves one, nodepool (see
+// services/checks/providers/nodepool), for every AdmissionCheck whose
+// spec.endpoint points here; each AdmissionCheck's parameters say which
+// pool its workloads go to.
+//
+// Locally it listens on 127.0.0.1:9091 (gRPC) and :8084 (/healthz, /readyz,
+// /metrics); in a cluster, run it with --grpc-addr=:9091 behind a Service.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync/atomic"
+	"time"
+
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+
+	"github.com/sluice-dev/sluice/pkg/serve"
+	"github.com/sluice-dev/sluice/pkg/telemetry"
+	"github.com/sluice-dev/sluice/services/checks/providers/nodepool"
+	"github.com/sluice-dev/sluice/services/checks/sdk"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+const (
+	serviceName     = "sluice-checks"
+	defaultGRPCAddr = "127.0.0.1:9091"
+	defaultHTTPAddr = ":8084"
+)
+
+func main() {
+	ctx, stop := serve.SignalContext()
+	err := run(ctx, os.Args[1:], os.Stderr, nil)
+	stop()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", serviceName, err)
+		os.Exit(1)
+	}
+}
+
+// listening is told the bound addresses once both listeners are open
+// (tests use it with port 0).
+type listening func(grpcAddr, httpAddr net.Addr)
+
+func run(ctx context.Context, args []string, logOut io.Writer, onListen listening) error {
+	fs := flag.NewFlagSet(serviceName, flag.ContinueOnError)
+	sf := serve.BindFlags(fs)
+	if err := fs.Set("http-addr", defaultHTTPAddr); err != nil {
+		return err
+	}
+	fs.Lookup("http-addr").DefValue = defaultHTTPAddr
+	grpcAddr := fs.String("grpc-addr", defaultGRPCAddr, "address serving sluice.checks.v1, grpc.health.v1 and reflection (in a cluster: :9091)")
+	shutdownTimeout := fs.Duration("shutdown-timeout", 10*time.Second, "how long calls in flight may finish after SIGTERM")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+
+	log, err := sf.NewLogger(logOut)
+	if err != nil {
+		return err
+	}
+	shutdown, err := telemetry.Setup(ctx, serviceName, version)
+	if err != nil {
+		return fmt.Errorf("set up tracing: %w", err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := shutdown(sctx); err != nil {
+			log.Error(err, "flush traces")
+		}
+	}()
+
+	reg := serve.NewRegistry()
+	metrics := grpcprom.NewServerMetrics()
+	reg.MustRegister(metrics)
+	srv, err := sdk.NewServer(nodepool.Info(version), nodepool.Checker{},
+		sdk.WithLogger(log),
+		sdk.WithShutdownTimeout(*shutdownTimeout),
+		sdk.WithServerOptions(grpc.ChainUnaryInterceptor(metrics.UnaryServerInterceptor())),
+	)
+	if err != nil {
+		return err
+	}
+	metrics.InitializeMetrics(srv.GRPCServer())
+
+	grpcLis, err := net.Listen("tcp", *grpcAddr)
+	if err != nil {
+		return fmt.Errorf("--grpc-addr: %w", err)
+	}
+	httpLis, err := net.Listen("tcp", sf.HTTPAddr)
+	if err != nil {
+		grpcLis.Close()
+		return fmt.Errorf("--http-addr: %w", err)
+	}
+	var serving atomic.Bool
+	hs := serve.NewServer(reg)
+	hs.AddReadinessCheck("grpc", func(context.Context) error {
+		if !serving.Load() {
+			return fmt.Errorf("gRPC server not serving")
+		}
+		return nil
+	})
+
+	log.Info("starting", "version", version, "grpcAddr", grpcLis.Addr().String(), "httpAddr", httpLis.Addr().String(),
+		"providers", []string{nodepool.ProviderName})
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		serving.Store(true)
+		defer serving.Store(false)
+		return srv.Serve(gctx, grpcLis)
+	})
+	g.Go(func() error { return hs.Run(gctx, httpLis) })
+	if onListen != nil {
+		onListen(grpcLis.Addr(), httpLis.Addr())
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	log.Info("stopped")
+	return nil
+}

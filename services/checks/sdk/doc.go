@@ -1,0 +1,15 @@
+// Package sdk turns a Go value with two methods into an admission-check
+// provider that speaks sluice.checks.v1.
+//
+// A provider implements Checker (Evaluate and Release) and describes
+// itself with Info; NewServer wraps it in a gRPC server that serves
+// IdentityService, CheckService, grpc.health.v1 and reflection, permits the
+// caller's keepalive pings, continues the caller's W3C trace, turns panics
+// into INTERNAL errors, refuses malformed requests with INVALID_ARGUMENT and
+// checks every answer against the contract before it leaves, so a bug in
+// the provider shows up as a clear INTERNAL error instead of an answer
+// sluice would refuse. Ready, Pending, Retry and Rejected build answers;
+// DecodeParameters reads an AdmissionCheck's parameters into a struct.
+//
+// The package imports no Kubernetes module.
+package sdk

@@ -1,0 +1,90 @@
+package sdk_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"net"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	checksv1 "github.com/sluice-dev/sluice/gen/sluice/checks/v1"
+	"github.com/sluice-dev/sluice/services/checks/sdk"
+)
+
+// zoneChecker sends every pod of a workload to one zone, named by the
+// AdmissionCheck's parameters: {"zone": "eu-west-1a"}.
+type zoneChecker struct{}
+
+type zoneParams struct {
+	Zone string `json:"zone"`
+}
+
+func (zoneChecker) Evaluate(_ context.Context, req *checksv1.EvaluateRequest) (*checksv1.EvaluateResponse, error) {
+	var p zoneParams
+	if err := sdk.DecodeParameters(req, &p); err != nil {
+		return nil, err // INVALID_ARGUMENT naming the field
+	}
+	if p.Zone == "" {
+		return nil, sdk.InvalidParameter("zone", "required")
+	}
+	resp := sdk.Ready(sdk.UpdateEveryPodSet(req, &checksv1.PodSetUpdate{
+		NodeSelector: map[string]string{"topology.kubernetes.io/zone": p.Zone},
+	})...)
+	resp.Reason = "ZoneChosen"
+	resp.Message = "pods run in " + p.Zone
+	return resp, nil
+}
+
+// Release has nothing to free: the answer depends on the request alone.
+func (zoneChecker) Release(context.Context, *checksv1.ReleaseRequest) error { return nil }
+
+// A complete provider: a Checker, an Info and NewServer. In a real main,
+// listen on ":9091" and pass a context cancelled on SIGTERM to Serve.
+func Example() {
+	srv, err := sdk.NewServer(sdk.Info{
+		Name:          "zone.checks.example.com",
+		VendorVersion: "v1.0.0",
+		Capabilities:  []checksv1.Capability{checksv1.Capability_CAPABILITY_POD_SET_UPDATES},
+	}, zoneChecker{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis) }()
+
+	// What sluice's admitter sends for a workload that holds quota.
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	params, _ := structpb.NewStruct(map[string]any{"zone": "eu-west-1a"})
+	resp, err := checksv1.NewCheckServiceClient(conn).Evaluate(context.Background(), &checksv1.EvaluateRequest{
+		CheckName:     "zone",
+		Parameters:    params,
+		EvaluationKey: "7f3c9a/res-1",
+		Workload: &checksv1.Workload{
+			Namespace: "team-a",
+			Name:      "pod-trainer-4e1f0",
+			PodSets:   []*checksv1.PodSet{{Name: "main", Count: 1}},
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(resp.GetState(), resp.GetReason(), resp.GetPodSetUpdates()[0].GetNodeSelector())
+
+	stop()
+	if err := <-done; err != nil {
+		log.Fatal(err)
+	}
+	// Output: STATE_READY ZoneChosen map[topology.kubernetes.io/zone:eu-west-1a]
+}

@@ -1,0 +1,303 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
+	"go.opentelemetry.io/otel/propagation"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	checksv1 "github.com/sluice-dev/sluice/gen/sluice/checks/v1"
+	"github.com/sluice-dev/sluice/pkg/checkvalidate"
+)
+
+// Checker is a provider's decision logic.
+type Checker interface {
+	// Evaluate answers for one quota reservation of one workload. It must
+	// give the same answer to the same request (or a more final one):
+	// sluice repeats calls. Return a status error (status.Error) to choose
+	// the gRPC code; codes.InvalidArgument for bad parameters.
+	Evaluate(ctx context.Context, req *checksv1.EvaluateRequest) (*checksv1.EvaluateResponse, error)
+	// Release frees whatever was held for req.EvaluationKey. Releasing an
+	// unknown key must succeed.
+	Release(ctx context.Context, req *checksv1.ReleaseRequest) error
+}
+
+// Prober is implemented by Checkers that need time before they can
+// evaluate (a cache to fill, a backend to reach). Without it Probe always
+// answers ready.
+type Prober interface {
+	// Probe returns ready=false with a message while starting up, and an
+	// error when the provider is unhealthy.
+	Probe(ctx context.Context) (ready bool, message string, err error)
+}
+
+// Info is what the provider says of itself in GetProviderInfo.
+type Info struct {
+	// Name in reverse-DNS form, such as "budget.checks.example.com".
+	Name string
+	// VendorVersion is the provider's own version, free-form.
+	VendorVersion string
+	// Capabilities the provider has. Answers with pod set updates are
+	// refused unless it lists checksv1.Capability_CAPABILITY_POD_SET_UPDATES.
+	Capabilities []checksv1.Capability
+}
+
+// healthServices are the service names whose grpc.health.v1 status Serve
+// reports, besides "" for the whole server.
+func healthServices() []string {
+	return []string{
+		checksv1.IdentityService_ServiceDesc.ServiceName,
+		checksv1.CheckService_ServiceDesc.ServiceName,
+	}
+}
+
+// Keepalive: sluice pings idle connections every 30s; permit anything from
+// 20s up, without active calls too. grpc-go's default (5m) would close
+// sluice's connections with ENHANCE_YOUR_CALM.
+const (
+	minClientPingInterval = 20 * time.Second
+	serverPingInterval    = 60 * time.Second
+	serverPingTimeout     = 20 * time.Second
+	defaultShutdown       = 10 * time.Second
+)
+
+type config struct {
+	log                logr.Logger
+	serverOpts         []grpc.ServerOption
+	shutdownTimeout    time.Duration
+	skipResponseChecks bool
+}
+
+// Option configures NewServer.
+type Option func(*config)
+
+// WithLogger logs failed calls and recovered panics to log (default: none).
+func WithLogger(log logr.Logger) Option {
+	return func(c *config) { c.log = log }
+}
+
+// WithServerOptions adds grpc.ServerOptions (TLS credentials,
+// interceptors, limits) to the server Serve runs. They come after the
+// SDK's own, so a later keepalive policy replaces the SDK's.
+func WithServerOptions(opts ...grpc.ServerOption) Option {
+	return func(c *config) { c.serverOpts = append(c.serverOpts, opts...) }
+}
+
+// WithShutdownTimeout bounds how long Serve waits for calls in flight
+// after its context ends (default 10s).
+func WithShutdownTimeout(d time.Duration) Option {
+	return func(c *config) { c.shutdownTimeout = d }
+}
+
+// WithoutResponseValidation sends the Checker's answers as they are. It
+// exists for test doubles that must send invalid answers on purpose; a
+// real provider should never use it.
+func WithoutResponseValidation() Option {
+	return func(c *config) { c.skipResponseChecks = true }
+}
+
+// Server serves one Checker over sluice.checks.v1.
+type Server struct {
+	info    *checksv1.GetProviderInfoResponse
+	checker Checker
+	cfg     config
+
+	grpc   *grpc.Server
+	health *health.Server
+
+	serveOnce sync.Once
+}
+
+// NewServer validates info and returns a Server for checker. Call Serve to
+// run it on its own gRPC server, or Register to add its services to a gRPC
+// server of your own.
+func NewServer(info Info, checker Checker, opts ...Option) (*Server, error) {
+	if checker == nil {
+		return nil, errors.New("sdk.NewServer: checker is nil")
+	}
+	cfg := config{log: logr.Discard(), shutdownTimeout: defaultShutdown}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	pi := &checksv1.GetProviderInfoResponse{
+		Name:             info.Name,
+		VendorVersion:    info.VendorVersion,
+		ContractVersions: []string{checkvalidate.ContractVersion},
+		Capabilities:     append([]checksv1.Capability(nil), info.Capabilities...),
+	}
+	if err := checkvalidate.ProviderInfo(pi); err != nil {
+		return nil, fmt.Errorf("sdk.NewServer: invalid Info: %w", err)
+	}
+	s := &Server{info: pi, checker: checker, cfg: cfg}
+
+	base := []grpc.ServerOption{
+		grpc.StatsHandler(otelgrpc.NewServerHandler(
+			otelgrpc.WithPropagators(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})),
+			otelgrpc.WithFilter(filters.Not(filters.HealthCheck())),
+		)),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime:             minClientPingInterval,
+			PermitWithoutStream: true,
+		}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: serverPingInterval, Timeout: serverPingTimeout}),
+	}
+	s.grpc = grpc.NewServer(append(base, cfg.serverOpts...)...)
+	s.health = health.NewServer()
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	reflection.Register(s.grpc)
+	s.Register(s.grpc)
+	for _, name := range healthServices() {
+		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+	}
+	return s, nil
+}
+
+// Register adds IdentityService and CheckService to a gRPC server you
+// run yourself. Health, reflection, keepalive policy and tracing are then
+// yours to set up; Serve does all of it.
+func (s *Server) Register(r grpc.ServiceRegistrar) {
+	checksv1.RegisterIdentityServiceServer(r, identityService{s: s})
+	checksv1.RegisterCheckServiceServer(r, checkService{s: s})
+}
+
+// GRPCServer is the server Serve runs, for registering more services
+// before Serve.
+func (s *Server) GRPCServer() *grpc.Server { return s.grpc }
+
+// Health is the health service Serve runs; every service starts SERVING.
+func (s *Server) Health() *health.Server { return s.health }
+
+// Serve serves on lis until ctx ends, then reports NOT_SERVING, waits for
+// calls in flight (at most the shutdown timeout) and returns nil. A Server
+// serves once.
+func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
+	err := errors.New("sdk: Server.Serve called twice")
+	s.serveOnce.Do(func() { err = s.serve(ctx, lis) })
+	return err
+}
+
+func (s *Server) serve(ctx context.Context, lis net.Listener) error {
+	addr := lis.Addr().String()
+	served := make(chan error, 1)
+	go func() { served <- s.grpc.Serve(lis) }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve sluice.checks.v1 on %s: %w", addr, err)
+	case <-ctx.Done():
+	}
+	s.health.Shutdown()
+	stopped := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(stopped)
+	}()
+	timer := time.NewTimer(s.cfg.shutdownTimeout)
+	defer timer.Stop()
+	select {
+	case <-stopped:
+	case <-timer.C:
+		s.grpc.Stop()
+		<-stopped
+	}
+	if err := <-served; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("serve sluice.checks.v1 on %s: %w", addr, err)
+	}
+	return nil
+}
+
+type identityService struct {
+	checksv1.UnimplementedIdentityServiceServer
+	s *Server
+}
+
+func (i identityService) GetProviderInfo(context.Context, *checksv1.GetProviderInfoRequest) (*checksv1.GetProviderInfoResponse, error) {
+	return i.s.info, nil
+}
+
+func (i identityService) Probe(ctx context.Context, _ *checksv1.ProbeRequest) (resp *checksv1.ProbeResponse, err error) {
+	p, ok := i.s.checker.(Prober)
+	if !ok {
+		return &checksv1.ProbeResponse{Ready: true}, nil
+	}
+	defer i.s.recoverPanic("Probe", &err)
+	ready, msg, err := p.Probe(ctx)
+	if err != nil {
+		return nil, i.s.callError("Probe", err)
+	}
+	return &checksv1.ProbeResponse{Ready: ready, Message: msg}, nil
+}
+
+type checkService struct {
+	checksv1.UnimplementedCheckServiceServer
+	s *Server
+}
+
+func (c checkService) Evaluate(ctx context.Context, req *checksv1.EvaluateRequest) (resp *checksv1.EvaluateResponse, err error) {
+	if err := checkvalidate.EvaluateRequest(req); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "invalid Evaluate request: %v", err)
+	}
+	defer c.s.recoverPanic("Evaluate", &err)
+	resp, err = c.s.checker.Evaluate(ctx, req)
+	if err != nil {
+		return nil, c.s.callError("Evaluate", err)
+	}
+	if c.s.cfg.skipResponseChecks {
+		return resp, nil
+	}
+	if err := checkvalidate.EvaluateResponse(req, resp, c.s.info.GetCapabilities()); err != nil {
+		c.s.cfg.log.Error(err, "provider answered Evaluate with an invalid response; sending INTERNAL instead",
+			"evaluationKey", req.GetEvaluationKey(), "namespace", req.GetWorkload().GetNamespace(), "workload", req.GetWorkload().GetName())
+		return nil, status.Errorf(codes.Internal, "provider %s built an invalid Evaluate response: %v", c.s.info.GetName(), err)
+	}
+	return resp, nil
+}
+
+func (c checkService) Release(ctx context.Context, req *checksv1.ReleaseRequest) (resp *checksv1.ReleaseResponse, err error) {
+	if err := checkvalidate.ReleaseRequest(req); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "invalid Release request: %v", err)
+	}
+	defer c.s.recoverPanic("Release", &err)
+	if err := c.s.checker.Release(ctx, req); err != nil {
+		return nil, c.s.callError("Release", err)
+	}
+	return &checksv1.ReleaseResponse{}, nil
+}
+
+// recoverPanic turns a panic in provider code into codes.Internal, with
+// the stack in the log.
+func (s *Server) recoverPanic(method string, err *error) {
+	if p := recover(); p != nil {
+		s.cfg.log.Error(fmt.Errorf("panic: %v", p), "provider panicked", "method", method, "stack", string(debug.Stack()))
+		*err = status.Errorf(codes.Internal, "provider %s panicked in %s: %v", s.info.GetName(), method, p)
+	}
+}
+
+// callError gives a provider's error its gRPC code: status errors keep
+// theirs, context errors become DEADLINE_EXCEEDED or CANCELED, anything
+// else UNKNOWN (which sluice retries).
+func (s *Server) callError(method string, err error) error {
+	if st, ok := status.FromError(err); ok {
+		s.cfg.log.V(1).Info("call failed", "method", method, "code", st.Code().String(), "message", st.Message())
+		return err
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return status.FromContextError(err).Err()
+	}
+	s.cfg.log.Error(err, "call failed", "method", method)
+	return status.Errorf(codes.Unknown, "%s: %v", method, err)
+}
