@@ -12,6 +12,11 @@ cache="${SLUICE_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME}/.cache}/sluice}"
 dest="${cache}/cluster-k8s${KUBE_VERSION}-etcd${ETCD_VERSION}-kwok${KWOK_VERSION}"
 mkdir -p "${dest}" "${root}/bin"
 
+# One build at a time per cache: a second caller (another clone, a parallel
+# cluster-up) waits, then finds the binaries built.
+exec 9>"${dest}/.lock"
+flock 9
+
 minor="${KUBE_VERSION#v}"; minor="${minor#*.}"; minor="${minor%%.*}"
 ldflags="-s -w \
  -X k8s.io/component-base/version.gitVersion=${KUBE_VERSION} \
