@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -57,7 +56,7 @@ type Service struct {
 
 	bin  string
 	args []string
-	sp   *spawner
+	sp   *testenv.Spawner
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -77,7 +76,7 @@ func (s *Service) Start() error {
 	cmd := exec.Command(s.bin, s.args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.Env = append(os.Environ(), "OTEL_SERVICE_NAME=sluice-"+s.Name)
-	if err := s.sp.start(cmd); err != nil {
+	if err := s.sp.Start(cmd); err != nil {
 		return fmt.Errorf("starting %s: %w", s.Name, err)
 	}
 	done := make(chan struct{})
@@ -161,34 +160,6 @@ func (s *Service) Metrics(ctx context.Context) (string, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return string(b), err
-}
-
-// spawner starts children from one goroutine locked to its OS thread: the
-// kernel sends Pdeathsig when the forking thread ends, so that thread must
-// live as long as the children, and the children die with the test binary.
-type spawner struct{ reqs chan spawnReq }
-
-type spawnReq struct {
-	cmd  *exec.Cmd
-	errc chan error
-}
-
-func newSpawner() *spawner {
-	s := &spawner{reqs: make(chan spawnReq)}
-	go func() {
-		runtime.LockOSThread()
-		for r := range s.reqs {
-			r.errc <- r.cmd.Start()
-		}
-	}()
-	return s
-}
-
-func (s *spawner) start(cmd *exec.Cmd) error {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	errc := make(chan error, 1)
-	s.reqs <- spawnReq{cmd: cmd, errc: errc}
-	return <-errc
 }
 
 func freeAddr() (string, error) {

@@ -54,7 +54,7 @@ func Start(ctx context.Context, env *testenv.Env, opts Options) (*Sluice, error)
 	if err := os.MkdirAll(logDir(env), 0o755); err != nil {
 		return nil, fmt.Errorf("creating log dir: %w", err)
 	}
-	sp := newSpawner()
+	sp := testenv.NewSpawner(false)
 	s := &Sluice{env: env}
 	var err error
 	newSvc := func(name string, withGRPC bool) *Service {

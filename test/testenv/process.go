@@ -43,10 +43,12 @@ func (p *process) exitError() error {
 	return err
 }
 
-// spawner starts children from one goroutine locked to its OS thread. The
-// kernel sends Pdeathsig when the thread that forked a child ends, not the
-// process, so the thread must live as long as the children should.
-type spawner struct {
+// Spawner starts child processes in process groups of their own, from one
+// goroutine locked to its OS thread. Unless detached, children get
+// Pdeathsig SIGKILL: the kernel sends it when the thread that forked a child
+// ends, not the process, so that thread lives as long as the children
+// should, and they die with this process however it dies.
+type Spawner struct {
 	detach bool
 	reqs   chan spawnReq
 }
@@ -56,11 +58,12 @@ type spawnReq struct {
 	errc chan error
 }
 
-func newSpawner(detach bool) *spawner {
-	s := &spawner{detach: detach, reqs: make(chan spawnReq)}
+// NewSpawner returns a Spawner; detached children outlive this process.
+func NewSpawner(detach bool) *Spawner {
+	s := &Spawner{detach: detach, reqs: make(chan spawnReq)}
 	go func() {
 		runtime.LockOSThread()
-		// Never unlocked: when close ends this goroutine its thread exits,
+		// Never unlocked: when Close ends this goroutine its thread exits,
 		// which is what kills the children if Stop was skipped.
 		for r := range s.reqs {
 			r.errc <- r.cmd.Start()
@@ -69,7 +72,8 @@ func newSpawner(detach bool) *spawner {
 	return s
 }
 
-func (s *spawner) start(cmd *exec.Cmd) error {
+// Start starts cmd, replacing its SysProcAttr.
+func (s *Spawner) Start(cmd *exec.Cmd) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if !s.detach {
 		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
@@ -79,7 +83,9 @@ func (s *spawner) start(cmd *exec.Cmd) error {
 	return <-errc
 }
 
-func (s *spawner) close() { close(s.reqs) }
+// Close ends the spawning thread, which kills children that are not
+// detached.
+func (s *Spawner) Close() { close(s.reqs) }
 
 // spawn starts one component with its output in its log file and, for a
 // persistent state dir, its pid in pids/<name>.pid.
@@ -97,7 +103,7 @@ func (e *Env) spawn(s componentSpec) error {
 	cmd.Dir = e.Dir
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
-	if err := e.spawner.start(cmd); err != nil {
+	if err := e.spawner.Start(cmd); err != nil {
 		return fmt.Errorf("testenv: start %s: %w", s.name, err)
 	}
 	p := &process{name: s.name, cmd: cmd, logPath: logPath, done: make(chan struct{})}

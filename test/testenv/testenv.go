@@ -117,7 +117,7 @@ type Env struct {
 	opts    Options
 	files   layout
 	procs   []*process
-	spawner *spawner
+	spawner *Spawner
 	ownsDir bool
 
 	stopMu  sync.Mutex
@@ -229,7 +229,7 @@ func (e *Env) start(ctx context.Context) error {
 			return fmt.Errorf("testenv: create %s: %w", d, err)
 		}
 	}
-	e.spawner = newSpawner(e.opts.Detach)
+	e.spawner = NewSpawner(e.opts.Detach)
 
 	checks := newHealth(creds)
 	specs := componentSpecs(e.files, ports, e.opts)
@@ -294,7 +294,7 @@ func (e *Env) stop(keepLogs bool) error {
 	e.stopped = true
 	err := e.stopProcesses(0)
 	if e.spawner != nil {
-		e.spawner.close()
+		e.spawner.Close()
 	}
 	switch {
 	case !e.ownsDir || os.Getenv(keepEnv) != "":
