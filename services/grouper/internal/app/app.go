@@ -1,0 +1,189 @@
+// Package app wires the grouper together: the pod cache and controller,
+// the admitter connection and its decision stream, and the probe and
+// metrics server.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel"
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
+	"github.com/sluice-dev/sluice/pkg/podkeys"
+	"github.com/sluice-dev/sluice/pkg/rpc"
+	"github.com/sluice-dev/sluice/pkg/serve"
+	"github.com/sluice-dev/sluice/services/grouper/internal/controller"
+	"github.com/sluice-dev/sluice/services/grouper/internal/metrics"
+	"github.com/sluice-dev/sluice/services/grouper/internal/shard"
+	"github.com/sluice-dev/sluice/services/grouper/internal/stream"
+)
+
+// TracerName names the tracer the grouper's spans come from.
+const TracerName = "github.com/sluice-dev/sluice/services/grouper"
+
+// EventSource is the component name on the grouper's events.
+const EventSource = "sluice-grouper"
+
+// Config is everything the service needs to run.
+type Config struct {
+	// REST reaches the API server.
+	REST *rest.Config
+	// HTTPAddr serves /healthz, /readyz and /metrics.
+	HTTPAddr string
+	// AdmitterAddr is the admitter's gRPC target.
+	AdmitterAddr string
+	// Workers bounds the pods handled (and API writes sent) at once.
+	Workers int
+	// Shard is this replica's share of the workloads.
+	Shard shard.Shard
+	// CallTimeout bounds each admitter call.
+	CallTimeout time.Duration
+}
+
+// Validate checks the configuration; errors name the flag.
+func (c Config) Validate() error {
+	if c.Workers < 1 {
+		return fmt.Errorf("--workers %d is not valid: must be at least 1", c.Workers)
+	}
+	if c.AdmitterAddr == "" {
+		return errors.New("--admitter-addr is empty: it must name the admitter's gRPC address")
+	}
+	if c.CallTimeout <= 0 {
+		return fmt.Errorf("--admitter-timeout %v is not valid: must be positive", c.CallTimeout)
+	}
+	if err := c.Shard.Validate(); err != nil {
+		return fmt.Errorf("--shard-index/--shard-count: %w", err)
+	}
+	return nil
+}
+
+// Run serves until ctx is done, then shuts down gracefully.
+func Run(ctx context.Context, log logr.Logger, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	m, err := metrics.New(ctrlmetrics.Registry)
+	if err != nil {
+		return err
+	}
+
+	// Every admitter call is idempotent, so all may be retried.
+	conn, err := rpc.Dial(cfg.AdmitterAddr, log.WithName("admitter"),
+		rpc.WithRetries("/"+admitterv1.AdmitterService_ServiceDesc.ServiceName+"/"))
+	if err != nil {
+		return fmt.Errorf("--admitter-addr: %w", err)
+	}
+	defer conn.Close()
+	admitter := admitterv1.NewAdmitterServiceClient(conn)
+
+	mgr, err := newManager(cfg.REST, log)
+	if err != nil {
+		return err
+	}
+	if err := controller.IndexPods(ctx, mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	rec := controller.New(controller.Options{
+		Client:      mgr.GetClient(),
+		Admitter:    admitter,
+		Recorder:    mgr.GetEventRecorder(EventSource),
+		Metrics:     m,
+		Shard:       cfg.Shard,
+		Tracer:      otel.Tracer(TracerName),
+		Propagator:  otel.GetTextMapPropagator(),
+		CallTimeout: cfg.CallTimeout,
+		Log:         log.WithName("pods"),
+	})
+	if err := rec.SetupWithManager(mgr, cfg.Workers); err != nil {
+		return err
+	}
+	follower := stream.New(admitter, rec, stream.Options{
+		Shard:   cfg.Shard.Proto(),
+		Metrics: m,
+		Log:     log.WithName("decisions"),
+	})
+
+	// Decisions are looked up against the pod cache, so the stream opens
+	// only once the cache is complete.
+	var synced atomic.Bool
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		if !mgr.GetCache().WaitForCacheSync(ctx) {
+			return nil // stopping
+		}
+		synced.Store(true)
+		log.Info("pod cache synced; following decisions", "admitter", cfg.AdmitterAddr, "shard", cfg.Shard)
+		return follower.Run(ctx)
+	})); err != nil {
+		return fmt.Errorf("add decision stream: %w", err)
+	}
+
+	probes := serve.NewServer(ctrlmetrics.Registry)
+	probes.AddReadinessCheck("pod-cache", func(context.Context) error {
+		if !synced.Load() {
+			return errors.New("pod cache not synced yet")
+		}
+		return nil
+	})
+	probes.AddReadinessCheck("decision-stream", follower.Ready)
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := mgr.Start(gctx); err != nil {
+			return fmt.Errorf("controller manager: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		lis, err := net.Listen("tcp", cfg.HTTPAddr)
+		if err != nil {
+			return fmt.Errorf("listen on --http-addr %s: %w", cfg.HTTPAddr, err)
+		}
+		log.Info("serving probes and metrics", "addr", lis.Addr().String())
+		return probes.Run(gctx, lis)
+	})
+	return g.Wait()
+}
+
+// newManager builds a controller-runtime manager whose cache holds only
+// managed pods, without managedFields, and that serves nothing itself
+// (probes and metrics are on --http-addr). There is no leader election:
+// replicas share the work by shard.
+func newManager(cfg *rest.Config, log logr.Logger) (manager.Manager, error) {
+	scheme := runtime.NewScheme()
+	if err := corev1.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("build scheme: %w", err)
+	}
+	managed := labels.SelectorFromSet(labels.Set{podkeys.ManagedLabel: podkeys.ManagedLabelValue})
+	mgr, err := ctrl.NewManager(cfg, manager.Options{
+		Scheme: scheme,
+		Logger: log,
+		Cache: cache.Options{
+			ByObject:         map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: managed}},
+			DefaultTransform: cache.TransformStripManagedFields(),
+		},
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		LeaderElection:         false,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create controller manager: %w", err)
+	}
+	return mgr, nil
+}

@@ -1,0 +1,549 @@
+// Package controller is the grouper's pod lifecycle: it submits the
+// workloads of gated pods to the admitter, applies the admitter's decisions
+// to the pods (one ungate patch per admitted pod, deletion on eviction),
+// reports finished pods and releases them from sluice's finalizer.
+//
+// Pods are read from the manager's cache only; decisions arrive through
+// the Sink methods and wake the pods of their workload through the
+// controller's work queue, which bounds the concurrency of API writes and
+// retries failures with backoff.
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	grpccodes "google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
+	sluicev1 "github.com/sluice-dev/sluice/gen/sluice/v1"
+	"github.com/sluice-dev/sluice/pkg/podkeys"
+	"github.com/sluice-dev/sluice/services/grouper/internal/metrics"
+	"github.com/sluice-dev/sluice/services/grouper/internal/podpatch"
+	"github.com/sluice-dev/sluice/services/grouper/internal/shard"
+	"github.com/sluice-dev/sluice/services/grouper/internal/workload"
+)
+
+// WorkloadIndex is the cache index of pods by "<namespace>/<workload>".
+const WorkloadIndex = "sluice.dev/workload"
+
+// Event reasons and actions on pods.
+const (
+	ReasonAdmitted         = "Admitted"
+	ReasonUngateFailed     = "UngateFailed"
+	ReasonAdmissionInvalid = "AdmissionConflict"
+	ReasonSubmitFailed     = "SubmitFailed"
+	ReasonStopped          = "Stopped"
+	ReasonEvictFailed      = "EvictFailed"
+
+	actionUngate = "Ungate"
+	actionSubmit = "Submit"
+	actionEvict  = "Evict"
+
+	// disruptionReason is the DisruptionTarget condition's reason on pods
+	// deleted for an eviction.
+	disruptionReason = "EvictedBySluice"
+)
+
+const (
+	// defaultCallTimeout bounds each admitter call.
+	defaultCallTimeout = 10 * time.Second
+	// retryMin and retryMax bound the per-pod backoff after a failure.
+	// The maximum stays short: an admitted pod must not wait long for
+	// its retry.
+	retryMin = 100 * time.Millisecond
+	retryMax = 30 * time.Second
+	// recheckAfter is when a pod stuck on a problem it cannot fix itself
+	// (an admission it cannot apply, a refused submission) is looked at
+	// again; changes of the pod or its decision wake it earlier.
+	recheckAfter = 5 * time.Minute
+	// enqueueBuffer is the capacity of the decision-to-queue channel.
+	enqueueBuffer = 1024
+)
+
+// Options configure a Reconciler.
+type Options struct {
+	// Client writes pods; its reads come from the manager's cache.
+	Client client.Client
+	// Admitter is the admitter's API.
+	Admitter admitterv1.AdmitterServiceClient
+	// Recorder emits events on pods.
+	Recorder events.EventRecorder
+	// Metrics are updated as pods move.
+	Metrics *metrics.Metrics
+	// Shard is the share of workloads this replica handles.
+	Shard shard.Shard
+	// Tracer starts the spans of submissions and ungates.
+	Tracer trace.Tracer
+	// Propagator reads the trace context from the pod's annotation.
+	Propagator propagation.TextMapPropagator
+	// CallTimeout bounds each admitter call; zero means 10s.
+	CallTimeout time.Duration
+	// Log is the base logger.
+	Log logr.Logger
+}
+
+// Reconciler handles managed pods. It is also the stream.Sink of the
+// decision stream.
+type Reconciler struct {
+	opts      Options
+	decisions *decisionStore
+	pods      *podStates
+	wake      chan event.TypedGenericEvent[*corev1.Pod]
+	now       func() time.Time
+}
+
+// New returns a Reconciler; register it with SetupWithManager.
+func New(opts Options) *Reconciler {
+	if opts.CallTimeout <= 0 {
+		opts.CallTimeout = defaultCallTimeout
+	}
+	return &Reconciler{
+		opts:      opts,
+		decisions: newDecisionStore(),
+		pods:      newPodStates(),
+		wake:      make(chan event.TypedGenericEvent[*corev1.Pod], enqueueBuffer),
+		now:       time.Now,
+	}
+}
+
+// IndexPods registers WorkloadIndex on the manager's pod cache.
+func IndexPods(ctx context.Context, indexer client.FieldIndexer) error {
+	err := indexer.IndexField(ctx, &corev1.Pod{}, WorkloadIndex, func(o client.Object) []string {
+		pod, ok := o.(*corev1.Pod)
+		if !ok {
+			return nil
+		}
+		if key, ok := workload.KeyFor(pod); ok {
+			return []string{key.String()}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("index pods by workload: %w", err)
+	}
+	return nil
+}
+
+// SetupWithManager registers the controller: pod events and decisions
+// feed one queue served by workers goroutines.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
+	err := ctrl.NewControllerManagedBy(mgr).
+		Named("pods").
+		For(&corev1.Pod{}).
+		WatchesRawSource(source.Channel(r.wake, &handler.TypedEnqueueRequestForObject[*corev1.Pod]{})).
+		WithOptions(controller.Options{
+			MaxConcurrentReconciles: workers,
+			RateLimiter:             workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](retryMin, retryMax),
+		}).
+		Complete(r)
+	if err != nil {
+		return fmt.Errorf("set up pod controller: %w", err)
+	}
+	return nil
+}
+
+// Snapshot implements stream.Sink: decisions become the only ones in
+// force, and the pods they concern are woken.
+func (r *Reconciler) Snapshot(decisions []*admitterv1.Decision) {
+	kept := make([]*admitterv1.Decision, 0, len(decisions))
+	for _, d := range decisions {
+		if d.GetAction() == admitterv1.Decision_ACTION_FORGET {
+			continue
+		}
+		kept = append(kept, d)
+	}
+	r.decisions.replace(kept, r.now())
+	r.opts.Log.V(1).Info("decision snapshot applied", "decisions", len(kept))
+	for _, d := range kept {
+		r.dispatch(d)
+	}
+}
+
+// Changes implements stream.Sink.
+func (r *Reconciler) Changes(decisions []*admitterv1.Decision) {
+	now := r.now()
+	for _, d := range decisions {
+		if d.GetAction() == admitterv1.Decision_ACTION_FORGET {
+			r.decisions.forget(keyOf(d))
+			continue
+		}
+		r.decisions.put(d, now)
+		r.dispatch(d)
+	}
+}
+
+// dispatch wakes the pods d concerns. Pods an admission finds ungated
+// already are counted and left alone, so a repeated decision costs no
+// work. Pods not in the cache yet are woken by their own creation event
+// and find the decision then.
+func (r *Reconciler) dispatch(d *admitterv1.Decision) {
+	key := keyOf(d)
+	if !r.opts.Shard.Owns(key.Namespace, key.Name) {
+		return
+	}
+	var pods corev1.PodList
+	// A cache read: it cannot block on the network.
+	if err := r.opts.Client.List(context.Background(), &pods,
+		client.InNamespace(key.Namespace), client.MatchingFields{WorkloadIndex: key.String()}); err != nil {
+		r.opts.Log.Error(err, "list pods of workload", "workload", key.String())
+		return
+	}
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if d.GetAction() == admitterv1.Decision_ACTION_ADMIT && r.alreadyUngated(pod) {
+			r.opts.Metrics.AlreadyUngated.Inc()
+			continue
+		}
+		r.wake <- event.TypedGenericEvent[*corev1.Pod]{Object: pod}
+	}
+}
+
+func (r *Reconciler) alreadyUngated(pod *corev1.Pod) bool {
+	if !podpatch.HasGate(pod) {
+		return true
+	}
+	return r.pods.load(client.ObjectKeyFromObject(pod), pod.UID).ungated
+}
+
+// Reconcile brings one pod forward: report and release it when it ended,
+// apply its workload's decision, or submit its workload.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var pod corev1.Pod
+	if err := r.opts.Client.Get(ctx, req.NamespacedName, &pod); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.pods.forget(req.NamespacedName)
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, fmt.Errorf("get pod %s from cache: %w", req.NamespacedName, err)
+	}
+	if workload.IsGroupMember(&pod) {
+		return r.groupMember(ctx, &pod)
+	}
+	key, ok := workload.KeyFor(&pod)
+	if !ok || !r.opts.Shard.Owns(key.Namespace, key.Name) {
+		return reconcile.Result{}, nil
+	}
+	st := r.pods.load(req.NamespacedName, pod.UID)
+	defer func() { r.pods.store(req.NamespacedName, st) }()
+
+	switch {
+	case pod.Status.Phase == corev1.PodSucceeded:
+		return r.finish(ctx, &pod, key, &st, &admitterv1.Finish{Succeeded: true, Message: "pod succeeded"})
+	case pod.Status.Phase == corev1.PodFailed:
+		return r.finish(ctx, &pod, key, &st, &admitterv1.Finish{Succeeded: false, Message: failureMessage(&pod)})
+	case pod.DeletionTimestamp != nil:
+		return r.deleted(ctx, &pod, key, &st)
+	}
+
+	entry, hasDecision := r.decisions.get(key)
+	action := entry.decision.GetAction()
+	switch {
+	case hasDecision && action == admitterv1.Decision_ACTION_EVICT:
+		return r.evict(ctx, &pod, entry.decision, &st)
+	case !podpatch.HasGate(&pod) || st.ungated:
+		return reconcile.Result{}, nil
+	case hasDecision && action == admitterv1.Decision_ACTION_ADMIT:
+		return r.ungate(ctx, &pod, key, entry, &st)
+	default:
+		return r.submit(ctx, &pod, &st)
+	}
+}
+
+// submit sends the pod's workload to the admitter once.
+func (r *Reconciler) submit(ctx context.Context, pod *corev1.Pod, st *podState) (reconcile.Result, error) {
+	if st.submitted {
+		return reconcile.Result{}, nil
+	}
+	wl, err := workloadFor(pod)
+	if err != nil {
+		if !st.warned {
+			r.warn(pod, ReasonSubmitFailed, actionSubmit, "not queued: %v", err)
+			st.warned = true
+		}
+		return reconcile.Result{}, nil
+	}
+	log := r.opts.Log.WithValues("pod", client.ObjectKeyFromObject(pod), "workload", wl.GetRef().GetName())
+	ctx, span := r.startSpan(ctx, pod, "grouper.SubmitWorkload", wl.GetRef())
+	defer span.End()
+
+	cctx, cancel := context.WithTimeout(ctx, r.opts.CallTimeout)
+	defer cancel()
+	resp, err := r.opts.Admitter.SubmitWorkload(cctx, &admitterv1.SubmitWorkloadRequest{Workload: wl})
+	switch {
+	case err == nil:
+		result := metrics.ResultExisting
+		if resp.GetCreated() {
+			result = metrics.ResultCreated
+		}
+		r.opts.Metrics.Submissions.WithLabelValues(result).Inc()
+	case status.Code(err) == grpccodes.AlreadyExists:
+		r.opts.Metrics.Submissions.WithLabelValues(metrics.ResultExisting).Inc()
+	default:
+		r.opts.Metrics.Submissions.WithLabelValues(metrics.ResultError).Inc()
+		recordError(span, err)
+		if permanent(err) {
+			r.warn(pod, ReasonSubmitFailed, actionSubmit, "the admitter refused the workload %s: %s",
+				wl.GetRef().GetName(), status.Convert(err).Message())
+			return reconcile.Result{RequeueAfter: recheckAfter}, nil
+		}
+		return reconcile.Result{}, fmt.Errorf("submit workload %s: %w", wl.GetRef().GetName(), err)
+	}
+	st.submitted = true
+	log.V(1).Info("workload submitted", "created", resp.GetCreated())
+	return reconcile.Result{}, nil
+}
+
+// workloadFor builds the workload a pod is submitted in. Today that is
+// the pod's own single-pod workload; group assembly adds its case here.
+func workloadFor(pod *corev1.Pod) (*sluicev1.Workload, error) {
+	if workload.IsGroupMember(pod) {
+		return nil, fmt.Errorf("pod %s/%s: pod groups (label %s) are not assembled yet",
+			pod.Namespace, pod.Name, podkeys.PodGroupNameLabel)
+	}
+	return workload.ForSinglePod(pod)
+}
+
+// groupMember handles a pod of a pod group. Groups are not assembled yet,
+// so nothing was submitted for it and there is nothing to report; the
+// finalizer must still not hold a pod that ended or is being deleted
+// without ever running.
+func (r *Reconciler) groupMember(ctx context.Context, pod *corev1.Pod) (reconcile.Result, error) {
+	group := workload.Key{Namespace: pod.Namespace, Name: pod.Labels[podkeys.PodGroupNameLabel]}
+	if !r.opts.Shard.Owns(group.Namespace, group.Name) {
+		return reconcile.Result{}, nil
+	}
+	ended := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+	neverRan := pod.DeletionTimestamp != nil && (podpatch.HasGate(pod) || pod.Spec.NodeName == "")
+	if !ended && !neverRan {
+		return reconcile.Result{}, nil
+	}
+	return reconcile.Result{}, r.removeFinalizer(ctx, pod)
+}
+
+// ungate applies an admission to a gated pod with one patch.
+func (r *Reconciler) ungate(ctx context.Context, pod *corev1.Pod, key workload.Key, entry decisionEntry, st *podState) (reconcile.Result, error) {
+	d := entry.decision
+	info, err := podSetInfoFor(d, workload.SinglePodSetName)
+	if err == nil {
+		var patch []byte
+		patch, err = podpatch.Ungate(pod, info, key.Name)
+		if err == nil {
+			return r.sendUngate(ctx, pod, key, entry, st, patch)
+		}
+	}
+	// The admission cannot be applied as it is; only a new decision (or
+	// a changed pod) can help.
+	r.opts.Metrics.UngateErrors.Inc()
+	r.warn(pod, ReasonAdmissionInvalid, actionUngate, "admission of workload %s cannot be applied: %v", key.Name, err)
+	return reconcile.Result{RequeueAfter: recheckAfter}, nil
+}
+
+func (r *Reconciler) sendUngate(ctx context.Context, pod *corev1.Pod, key workload.Key, entry decisionEntry, st *podState, patch []byte) (reconcile.Result, error) {
+	ctx, span := r.startSpan(ctx, pod, "grouper.Ungate", &sluicev1.WorkloadRef{Namespace: key.Namespace, Name: key.Name})
+	defer span.End()
+	target := &corev1.Pod{}
+	target.Namespace, target.Name = pod.Namespace, pod.Name
+	err := r.opts.Client.Patch(ctx, target, client.RawPatch(types.StrategicMergePatchType, patch))
+	switch {
+	case apierrors.IsNotFound(err):
+		return reconcile.Result{}, nil
+	case err != nil:
+		r.opts.Metrics.UngateErrors.Inc()
+		recordError(span, err)
+		r.warn(pod, ReasonUngateFailed, actionUngate, "ungate patch failed, retrying: %v", err)
+		return reconcile.Result{}, fmt.Errorf("ungate pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	st.ungated = true
+	r.opts.Metrics.PodsUngated.Inc()
+	r.opts.Metrics.DecisionToUngate.Observe(r.now().Sub(entry.received).Seconds())
+	note := "Admitted by ClusterQueue " + entry.decision.GetClusterQueue()
+	if msg := entry.decision.GetMessage(); msg != "" {
+		note += ": " + msg
+	}
+	r.opts.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, ReasonAdmitted, actionUngate, "%s", note)
+	return reconcile.Result{}, nil
+}
+
+// podSetInfoFor returns the info of pod set name in d; an admission that
+// lacks it is applied with no changes beyond the gate.
+func podSetInfoFor(d *admitterv1.Decision, name string) (*sluicev1.PodSetInfo, error) {
+	infos := d.GetPodSetInfos()
+	for _, info := range infos {
+		if info.GetName() == name {
+			return info, nil
+		}
+	}
+	if len(infos) == 0 {
+		return &sluicev1.PodSetInfo{Name: name}, nil
+	}
+	return nil, fmt.Errorf("pod_set_infos has no entry for pod set %q", name)
+}
+
+// evict deletes a running pod of an evicted workload, marking why first.
+func (r *Reconciler) evict(ctx context.Context, pod *corev1.Pod, d *admitterv1.Decision, st *podState) (reconcile.Result, error) {
+	if st.evicted || podpatch.HasGate(pod) {
+		// A gated pod holds nothing: it stays queued for the next
+		// admission.
+		return reconcile.Result{}, nil
+	}
+	msg := d.GetMessage()
+	if msg == "" {
+		msg = "workload evicted"
+	}
+	cond, err := podpatch.DisruptionTarget(disruptionReason, msg, r.now())
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	target := &corev1.Pod{}
+	target.Namespace, target.Name = pod.Namespace, pod.Name
+	if err := r.opts.Client.Status().Patch(ctx, target, client.RawPatch(types.StrategicMergePatchType, cond)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return reconcile.Result{}, nil
+		}
+		r.warn(pod, ReasonEvictFailed, actionEvict, "marking the pod for eviction failed, retrying: %v", err)
+		return reconcile.Result{}, fmt.Errorf("mark pod %s/%s disrupted: %w", pod.Namespace, pod.Name, err)
+	}
+	uid := pod.UID
+	if err := r.opts.Client.Delete(ctx, target, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+		r.warn(pod, ReasonEvictFailed, actionEvict, "deleting the pod failed, retrying: %v", err)
+		return reconcile.Result{}, fmt.Errorf("delete evicted pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	st.evicted = true
+	r.opts.Metrics.PodsEvicted.Inc()
+	r.opts.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, ReasonStopped, actionEvict, "Evicted: %s", msg)
+	return reconcile.Result{}, nil
+}
+
+// deleted handles a pod being deleted before it ended. A pod that never
+// reached a node will never run: its workload ends and its finalizer goes.
+// A pod on a node waits for the kubelet to record how it ended.
+func (r *Reconciler) deleted(ctx context.Context, pod *corev1.Pod, key workload.Key, st *podState) (reconcile.Result, error) {
+	switch {
+	case podpatch.HasGate(pod):
+		return r.finish(ctx, pod, key, st, &admitterv1.Finish{Message: "pod deleted before it was admitted"})
+	case pod.Spec.NodeName == "":
+		return r.finish(ctx, pod, key, st, &admitterv1.Finish{Message: "pod deleted before it was scheduled"})
+	default:
+		return reconcile.Result{}, nil
+	}
+}
+
+// finish reports the end of the pod's workload, and once the admitter has
+// it, removes sluice's finalizer.
+func (r *Reconciler) finish(ctx context.Context, pod *corev1.Pod, key workload.Key, st *podState, fin *admitterv1.Finish) (reconcile.Result, error) {
+	if !podpatch.HasFinalizer(pod) {
+		return reconcile.Result{}, nil
+	}
+	// A pod without a queue name was never submitted: nothing to report.
+	if !st.reported && pod.Labels[podkeys.QueueNameLabel] != "" {
+		if err := r.report(ctx, pod, key, fin); err != nil {
+			return reconcile.Result{}, err
+		}
+		st.reported = true
+	}
+	return reconcile.Result{}, r.removeFinalizer(ctx, pod)
+}
+
+// removeFinalizer removes sluice's finalizer from pod with a guarded JSON
+// patch.
+func (r *Reconciler) removeFinalizer(ctx context.Context, pod *corev1.Pod) error {
+	patch, found, err := podpatch.RemoveFinalizer(pod)
+	if err != nil || !found {
+		return err
+	}
+	target := &corev1.Pod{}
+	target.Namespace, target.Name = pod.Namespace, pod.Name
+	if err := r.opts.Client.Patch(ctx, target, client.RawPatch(types.JSONPatchType, patch)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		// A failed test means the pod changed since the cache saw it;
+		// the retry reads the newer pod.
+		return fmt.Errorf("remove finalizer of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	r.opts.Metrics.FinalizersRemoved.Inc()
+	return nil
+}
+
+// report tells the admitter the workload ended. A workload the admitter
+// does not know (never created, or already gone) needs no report.
+func (r *Reconciler) report(ctx context.Context, pod *corev1.Pod, key workload.Key, fin *admitterv1.Finish) error {
+	ref := &sluicev1.WorkloadRef{Namespace: key.Namespace, Name: key.Name}
+	ctx, span := r.startSpan(ctx, pod, "grouper.ReportProgress", ref)
+	defer span.End()
+	cctx, cancel := context.WithTimeout(ctx, r.opts.CallTimeout)
+	defer cancel()
+	_, err := r.opts.Admitter.ReportProgress(cctx, &admitterv1.ReportProgressRequest{Workload: ref, Finish: fin})
+	if err != nil && status.Code(err) != grpccodes.NotFound {
+		r.opts.Metrics.Reports.WithLabelValues(metrics.ResultError).Inc()
+		recordError(span, err)
+		return fmt.Errorf("report finish of workload %s: %w", key, err)
+	}
+	r.opts.Metrics.Reports.WithLabelValues(metrics.ResultOK).Inc()
+	return nil
+}
+
+// startSpan continues the pod's trace (its sluice.dev/traceparent
+// annotation) with a span for one step; the gRPC client carries it on.
+func (r *Reconciler) startSpan(ctx context.Context, pod *corev1.Pod, name string, ref *sluicev1.WorkloadRef) (context.Context, trace.Span) {
+	if tp := pod.Annotations[podkeys.TraceparentAnnotation]; tp != "" && r.opts.Propagator != nil {
+		ctx = r.opts.Propagator.Extract(ctx, propagation.MapCarrier{"traceparent": tp})
+	}
+	return r.opts.Tracer.Start(ctx, name, trace.WithAttributes(
+		attribute.String("k8s.namespace.name", pod.Namespace),
+		attribute.String("k8s.pod.name", pod.Name),
+		attribute.String("sluice.workload", ref.GetName()),
+	))
+}
+
+func (r *Reconciler) warn(pod *corev1.Pod, reason, action, format string, args ...any) {
+	r.opts.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, reason, action, format, args...)
+}
+
+func recordError(span trace.Span, err error) {
+	span.RecordError(err)
+	span.SetStatus(codes.Error, err.Error())
+}
+
+// permanent reports whether an admitter error will not go away by
+// retrying the same request.
+func permanent(err error) bool {
+	switch status.Code(err) {
+	case grpccodes.InvalidArgument, grpccodes.FailedPrecondition, grpccodes.PermissionDenied,
+		grpccodes.Unimplemented, grpccodes.OutOfRange:
+		return true
+	}
+	return false
+}
+
+// failureMessage says why a Failed pod failed.
+func failureMessage(pod *corev1.Pod) string {
+	msg := "pod failed"
+	if pod.Status.Reason != "" {
+		msg += ": " + pod.Status.Reason
+	}
+	if pod.Status.Message != "" {
+		msg += ": " + pod.Status.Message
+	}
+	return msg
+}

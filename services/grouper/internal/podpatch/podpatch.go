@@ -1,0 +1,254 @@
+// Package podpatch builds the patches the grouper sends to pods: the one
+// patch that ungates an admitted pod with its pod set's info, the removal
+// of sluice's finalizer, and the release of everything sluice put on a pod.
+//
+// Every patch is built from the pod as last seen and guarded so that it
+// cannot undo someone else's change: the ungate patch deletes only sluice's
+// gate by name and carries the pod's uid, the JSON patches test each list
+// entry before removing it.
+package podpatch
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	sluicev1 "github.com/sluice-dev/sluice/gen/sluice/v1"
+	"github.com/sluice-dev/sluice/pkg/podkeys"
+)
+
+// HasGate reports whether pod still carries sluice's admission gate.
+func HasGate(pod *corev1.Pod) bool {
+	return slices.ContainsFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool {
+		return g.Name == podkeys.AdmissionGate
+	})
+}
+
+// HasFinalizer reports whether pod still carries sluice's finalizer.
+func HasFinalizer(pod *corev1.Pod) bool {
+	return slices.Contains(pod.Finalizers, podkeys.ManagedFinalizer)
+}
+
+// ConflictError says the admission cannot be applied to the pod as it is:
+// the API server would refuse the patch, so it is not sent.
+type ConflictError struct {
+	Field string // e.g. spec.nodeSelector["zone"]
+	Pod   string // the pod's value
+	Want  string // the admission's value
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("%s: the pod has %q, the admission sets %q; a gated pod's node selector can only be extended",
+		e.Field, e.Pod, e.Want)
+}
+
+// Ungate returns the strategic merge patch that admits pod with info in
+// workload: it removes sluice's scheduling gate (other gates stay), adds
+// info's node selector entries and tolerations (those the pod lacks),
+// sets info's labels and annotations plus the pod set label and the
+// workload annotation. The pod's uid makes the patch fail on a pod
+// recreated under the same name. A node selector entry that contradicts
+// the pod's own is a *ConflictError.
+func Ungate(pod *corev1.Pod, info *sluicev1.PodSetInfo, workloadName string) ([]byte, error) {
+	spec := map[string]any{
+		"schedulingGates": []map[string]string{{"$patch": "delete", "name": podkeys.AdmissionGate}},
+	}
+	if sel, err := nodeSelector(pod, info.GetNodeSelector()); err != nil {
+		return nil, err
+	} else if len(sel) > 0 {
+		spec["nodeSelector"] = sel
+	}
+	if tols, changed := MergeTolerations(pod.Spec.Tolerations, info.GetTolerations()); changed {
+		// Tolerations have no merge key: the list is replaced, so it
+		// carries the pod's own tolerations too.
+		spec["tolerations"] = tols
+	}
+
+	labels := maps.Clone(info.GetLabels())
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[podkeys.PodSetLabel] = info.GetName()
+	annotations := maps.Clone(info.GetAnnotations())
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations[podkeys.WorkloadAnnotation] = workloadName
+
+	patch := map[string]any{
+		"metadata": map[string]any{
+			"uid":         pod.UID,
+			"labels":      labels,
+			"annotations": annotations,
+		},
+		"spec": spec,
+	}
+	data, err := json.Marshal(patch)
+	if err != nil {
+		return nil, fmt.Errorf("encode ungate patch: %w", err)
+	}
+	return data, nil
+}
+
+// nodeSelector returns the entries of want that pod lacks, or a conflict
+// when pod already selects another value for a key.
+func nodeSelector(pod *corev1.Pod, want map[string]string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		v := want[k]
+		have, ok := pod.Spec.NodeSelector[k]
+		switch {
+		case !ok:
+			out[k] = v
+		case have != v:
+			return nil, &ConflictError{Field: "spec.nodeSelector[" + strconv.Quote(k) + "]", Pod: have, Want: v}
+		}
+	}
+	return out, nil
+}
+
+// MergeTolerations returns the pod's tolerations followed by those of add
+// that the pod (or an earlier entry of add) does not have yet, and whether
+// anything was added. An empty operator counts as Equal.
+func MergeTolerations(have []corev1.Toleration, add []*sluicev1.Toleration) ([]corev1.Toleration, bool) {
+	out := slices.Clone(have)
+	changed := false
+	for _, t := range add {
+		kt := ToKube(t)
+		if slices.ContainsFunc(out, func(o corev1.Toleration) bool { return sameToleration(o, kt) }) {
+			continue
+		}
+		out = append(out, kt)
+		changed = true
+	}
+	return out, changed
+}
+
+// ToKube converts a sluice.v1 toleration to a Kubernetes one.
+func ToKube(t *sluicev1.Toleration) corev1.Toleration {
+	kt := corev1.Toleration{
+		Key:      t.GetKey(),
+		Operator: corev1.TolerationOperator(t.GetOperator()),
+		Value:    t.GetValue(),
+		Effect:   corev1.TaintEffect(t.GetEffect()),
+	}
+	if t.TolerationSeconds != nil {
+		s := t.GetTolerationSeconds()
+		kt.TolerationSeconds = &s
+	}
+	return kt
+}
+
+func sameToleration(a, b corev1.Toleration) bool {
+	return a.Key == b.Key && operator(a) == operator(b) && a.Value == b.Value && a.Effect == b.Effect &&
+		equalPtr(a.TolerationSeconds, b.TolerationSeconds)
+}
+
+func operator(t corev1.Toleration) corev1.TolerationOperator {
+	if t.Operator == "" {
+		return corev1.TolerationOpEqual
+	}
+	return t.Operator
+}
+
+func equalPtr(a, b *int64) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+// jsonOp is one RFC 6902 operation.
+type jsonOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value,omitempty"`
+}
+
+// RemoveFinalizer returns the JSON patch that removes sluice's finalizer
+// from pod, and false when pod does not carry it. The patch tests the
+// pod's uid and the finalizer at its index, so it fails instead of
+// removing another entry when the list changed since pod was read.
+func RemoveFinalizer(pod *corev1.Pod) ([]byte, bool, error) {
+	ops := uidTest(pod)
+	ops, found := appendRemove(ops, "/metadata/finalizers", pod.Finalizers, podkeys.ManagedFinalizer)
+	if !found {
+		return nil, false, nil
+	}
+	return encode(ops)
+}
+
+// Release returns the JSON patch that removes both sluice's gate and its
+// finalizer from pod, and false when it carries neither. It is the
+// emergency exit for pods sluice can no longer serve: the pod schedules
+// without admission and is deleted without accounting.
+func Release(pod *corev1.Pod) ([]byte, bool, error) {
+	ops := uidTest(pod)
+	ops, gated := appendRemoveGate(ops, pod.Spec.SchedulingGates)
+	ops, finalized := appendRemove(ops, "/metadata/finalizers", pod.Finalizers, podkeys.ManagedFinalizer)
+	if !gated && !finalized {
+		return nil, false, nil
+	}
+	return encode(ops)
+}
+
+func uidTest(pod *corev1.Pod) []jsonOp {
+	return []jsonOp{{Op: "test", Path: "/metadata/uid", Value: string(pod.UID)}}
+}
+
+// appendRemove tests and removes value from the string list at path.
+func appendRemove(ops []jsonOp, path string, list []string, value string) ([]jsonOp, bool) {
+	i := slices.Index(list, value)
+	if i < 0 {
+		return ops, false
+	}
+	p := path + "/" + strconv.Itoa(i)
+	return append(ops, jsonOp{Op: "test", Path: p, Value: value}, jsonOp{Op: "remove", Path: p}), true
+}
+
+// appendRemoveGate tests and removes sluice's entry of the gate list.
+func appendRemoveGate(ops []jsonOp, gates []corev1.PodSchedulingGate) ([]jsonOp, bool) {
+	i := slices.IndexFunc(gates, func(g corev1.PodSchedulingGate) bool { return g.Name == podkeys.AdmissionGate })
+	if i < 0 {
+		return ops, false
+	}
+	p := "/spec/schedulingGates/" + strconv.Itoa(i)
+	return append(ops,
+		jsonOp{Op: "test", Path: p + "/name", Value: podkeys.AdmissionGate},
+		jsonOp{Op: "remove", Path: p}), true
+}
+
+func encode(ops []jsonOp) ([]byte, bool, error) {
+	data, err := json.Marshal(ops)
+	if err != nil {
+		return nil, false, fmt.Errorf("encode JSON patch: %w", err)
+	}
+	return data, true, nil
+}
+
+// DisruptionTarget returns the strategic merge patch of a pod's status
+// that marks it as about to be deleted by sluice, so that its owner (and
+// anyone reading the pod) can tell an eviction from a failure.
+func DisruptionTarget(reason, message string, now time.Time) ([]byte, error) {
+	patch := map[string]any{
+		"status": map[string]any{
+			"conditions": []map[string]string{{
+				"type":               string(corev1.DisruptionTarget),
+				"status":             string(corev1.ConditionTrue),
+				"reason":             reason,
+				"message":            message,
+				"lastTransitionTime": now.UTC().Format(time.RFC3339),
+			}},
+		},
+	}
+	data, err := json.Marshal(patch)
+	if err != nil {
+		return nil, fmt.Errorf("encode disruption condition patch: %w", err)
+	}
+	return data, nil
+}

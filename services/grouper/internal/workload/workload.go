@@ -1,0 +1,250 @@
+// Package workload turns managed pods into the sluice.v1.Workload the
+// grouper submits to the admitter: which workload a pod belongs to, its
+// deterministic name, and its pod sets.
+//
+// Today it knows single pods (one pod, one workload); group assembly adds
+// its own case to KeyFor and a builder next to ForSinglePod.
+package workload
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	sluicev1 "github.com/sluice-dev/sluice/gen/sluice/v1"
+	"github.com/sluice-dev/sluice/pkg/podkeys"
+	"github.com/sluice-dev/sluice/pkg/rolehash"
+)
+
+// SinglePodSetName is the name of the only pod set of a single-pod workload.
+const SinglePodSetName = "main"
+
+// singlePodPrefix starts every single-pod workload name.
+const singlePodPrefix = "pod-"
+
+// hashLength is the number of hex characters of the name suffix.
+const hashLength = 5
+
+// lastAppliedAnnotation is kubectl's copy of the whole object; it can be as
+// large as the pod itself and says nothing the admitter needs.
+const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
+
+// Key names a workload: its namespace and its name.
+type Key struct {
+	Namespace string
+	Name      string
+}
+
+// String returns "<namespace>/<name>", the form used in indexes, shard
+// hashing and logs.
+func (k Key) String() string { return k.Namespace + "/" + k.Name }
+
+// KeyFor returns the workload pod belongs to. ok is false for pods the
+// grouper does not assemble (yet): members of a pod group.
+func KeyFor(pod *corev1.Pod) (key Key, ok bool) {
+	if IsGroupMember(pod) {
+		return Key{}, false
+	}
+	return Key{Namespace: pod.Namespace, Name: SinglePodName(pod.Name, string(pod.UID))}, true
+}
+
+// IsGroupMember reports whether pod names a pod group.
+func IsGroupMember(pod *corev1.Pod) bool {
+	return pod.Labels[podkeys.PodGroupNameLabel] != ""
+}
+
+// SinglePodName returns the workload name of a single pod:
+// "pod-<pod name>-<5 hex of sha256(pod name/uid)>". The pod name is cut so
+// the result stays a valid DNS subdomain of at most 253 characters; the
+// hash keeps cut names of different pods apart.
+func SinglePodName(podName, uid string) string {
+	sum := sha256.Sum256([]byte(podName + "/" + uid))
+	suffix := "-" + hex.EncodeToString(sum[:])[:hashLength]
+	room := validation.DNS1123SubdomainMaxLength - len(singlePodPrefix) - len(suffix)
+	base := podName
+	if len(base) > room {
+		base = base[:room]
+	}
+	// A cut may end a DNS label with '.' or '-', which the suffix's '-'
+	// would leave invalid.
+	base = strings.TrimRight(base, ".-")
+	return singlePodPrefix + base + suffix
+}
+
+// ForSinglePod builds the workload of a single pod: one pod set "main" of
+// count 1, controlled by the pod, shaped like the pod.
+func ForSinglePod(pod *corev1.Pod) (*sluicev1.Workload, error) {
+	if IsGroupMember(pod) {
+		return nil, fmt.Errorf("pod %s/%s: label %s is set: the pod belongs to a group, not a single-pod workload",
+			pod.Namespace, pod.Name, podkeys.PodGroupNameLabel)
+	}
+	queue := pod.Labels[podkeys.QueueNameLabel]
+	if queue == "" {
+		return nil, fmt.Errorf("pod %s/%s: label %s is empty: a queued pod must name its LocalQueue",
+			pod.Namespace, pod.Name, podkeys.QueueNameLabel)
+	}
+	if pod.UID == "" {
+		return nil, fmt.Errorf("pod %s/%s: metadata.uid is empty: the workload name and owner need it", pod.Namespace, pod.Name)
+	}
+	set, err := podSetFor(SinglePodSetName, 1, pod)
+	if err != nil {
+		return nil, err
+	}
+	var priority int32
+	if pod.Spec.Priority != nil {
+		priority = *pod.Spec.Priority
+	}
+	return &sluicev1.Workload{
+		Ref: &sluicev1.WorkloadRef{
+			Namespace: pod.Namespace,
+			Name:      SinglePodName(pod.Name, string(pod.UID)),
+		},
+		QueueName:         queue,
+		Priority:          priority,
+		PriorityClassName: pod.Spec.PriorityClassName,
+		PodSets:           []*sluicev1.PodSet{set},
+		Owners:            []*sluicev1.OwnerReference{{Name: pod.Name, Uid: string(pod.UID), Controller: true}},
+		Traceparent:       pod.Annotations[podkeys.TraceparentAnnotation],
+	}, nil
+}
+
+// podSetFor builds a pod set of count pods shaped like pod.
+func podSetFor(name string, count int32, pod *corev1.Pod) (*sluicev1.PodSet, error) {
+	hash := pod.Annotations[podkeys.RoleHashAnnotation]
+	if hash == "" {
+		// The webhook stamps every pod; compute it for pods it missed
+		// (created while it was being installed) rather than refuse them.
+		var err error
+		hash, err = rolehash.Compute(&pod.Spec)
+		if err != nil {
+			return nil, fmt.Errorf("pod %s/%s: role hash: %w", pod.Namespace, pod.Name, err)
+		}
+	}
+	return &sluicev1.PodSet{
+		Name:         name,
+		Count:        count,
+		RoleHash:     hash,
+		Requests:     quantities(PodRequests(pod)),
+		NodeSelector: copyMap(pod.Spec.NodeSelector),
+		Tolerations:  Tolerations(pod.Spec.Tolerations),
+		Labels:       copyMap(pod.Labels),
+		Annotations:  annotations(pod.Annotations),
+	}, nil
+}
+
+// PodRequests returns what one pod reserves, the way the scheduler counts
+// it: the sum of the regular containers and of the sidecars (init
+// containers with restartPolicy Always), or the largest need during
+// initialisation if that is higher (each one-shot init container runs next
+// to the sidecars started before it), with pod-level requests replacing the
+// container sum for the resources they name, plus the pod overhead.
+func PodRequests(pod *corev1.Pod) corev1.ResourceList {
+	reqs := corev1.ResourceList{}
+	for _, c := range pod.Spec.Containers {
+		add(reqs, c.Resources.Requests)
+	}
+	sidecars := corev1.ResourceList{}
+	initPeak := corev1.ResourceList{}
+	for _, c := range pod.Spec.InitContainers {
+		var during corev1.ResourceList
+		if isSidecar(c) {
+			add(sidecars, c.Resources.Requests)
+			during = sidecars.DeepCopy()
+		} else {
+			during = c.Resources.Requests.DeepCopy()
+			if during == nil {
+				during = corev1.ResourceList{}
+			}
+			add(during, sidecars)
+		}
+		maxInto(initPeak, during)
+	}
+	add(reqs, sidecars)
+	maxInto(reqs, initPeak)
+	if pod.Spec.Resources != nil {
+		for name, q := range pod.Spec.Resources.Requests {
+			reqs[name] = q.DeepCopy()
+		}
+	}
+	add(reqs, pod.Spec.Overhead)
+	return reqs
+}
+
+func isSidecar(c corev1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+}
+
+// add adds every quantity of more to into.
+func add(into, more corev1.ResourceList) {
+	for name, q := range more {
+		sum := into[name]
+		sum.Add(q)
+		into[name] = sum
+	}
+}
+
+// maxInto raises each quantity of into to the one in other when higher.
+func maxInto(into, other corev1.ResourceList) {
+	for name, q := range other {
+		if cur, ok := into[name]; !ok || q.Cmp(cur) > 0 {
+			into[name] = q.DeepCopy()
+		}
+	}
+}
+
+// quantities renders a resource list as Kubernetes quantity strings, leaving
+// out zero requests (they reserve nothing).
+func quantities(list corev1.ResourceList) map[string]string {
+	out := make(map[string]string, len(list))
+	for name, q := range list {
+		if q.IsZero() {
+			continue
+		}
+		out[string(name)] = q.String()
+	}
+	return out
+}
+
+// Tolerations converts Kubernetes tolerations to their sluice.v1 form, in
+// the same order.
+func Tolerations(in []corev1.Toleration) []*sluicev1.Toleration {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]*sluicev1.Toleration, 0, len(in))
+	for _, t := range in {
+		pt := &sluicev1.Toleration{
+			Key:      t.Key,
+			Operator: string(t.Operator),
+			Value:    t.Value,
+			Effect:   string(t.Effect),
+		}
+		if t.TolerationSeconds != nil {
+			s := *t.TolerationSeconds
+			pt.TolerationSeconds = &s
+		}
+		out = append(out, pt)
+	}
+	return out
+}
+
+func annotations(in map[string]string) map[string]string {
+	out := copyMap(in)
+	delete(out, lastAppliedAnnotation)
+	return out
+}
+
+func copyMap(in map[string]string) map[string]string {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(in))
+	for k, v := range in {
+		out[k] = v
+	}
+	return out
+}

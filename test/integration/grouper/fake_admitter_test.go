@@ -1,0 +1,212 @@
+package grouper
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
+	"github.com/sluice-dev/sluice/pkg/rpc"
+)
+
+// fakeAdmitter is a real gRPC AdmitterService on loopback that records what
+// the grouper sends and lets a test push decisions down the stream. It keeps
+// the decisions in force like the admitter does: a new stream resumes within
+// the same epoch and gets a snapshot after the epoch changed.
+type fakeAdmitter struct {
+	admitterv1.UnimplementedAdmitterServiceServer
+
+	srv  *rpc.Server
+	addr string
+
+	mu           sync.Mutex
+	submissions  []recordedSubmit
+	reports      []*admitterv1.ReportProgressRequest
+	reportTries  int
+	blockReports bool // answer ReportProgress with UNAVAILABLE
+	watches      []*admitterv1.WatchAdmissionsRequest
+	epoch        int
+	seq          int
+	inForce      map[string]*admitterv1.Decision
+	stream       *fakeStream
+}
+
+// recordedSubmit is one SubmitWorkload call and its trace header.
+type recordedSubmit struct {
+	req         *admitterv1.SubmitWorkloadRequest
+	traceparent string
+}
+
+// fakeStream is the open WatchAdmissions call.
+type fakeStream struct {
+	send  chan *admitterv1.WatchAdmissionsResponse
+	close chan error
+}
+
+func startFakeAdmitter() (*fakeAdmitter, error) {
+	f := &fakeAdmitter{epoch: 1, inForce: map[string]*admitterv1.Decision{}}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("fake admitter: listen: %w", err)
+	}
+	f.addr = lis.Addr().String()
+	f.srv = rpc.NewServer(logr.Discard())
+	admitterv1.RegisterAdmitterServiceServer(f.srv, f)
+	go func() { _ = f.srv.Run(context.Background(), lis) }()
+	return f, nil
+}
+
+func (f *fakeAdmitter) stop() { f.srv.Stop() }
+
+func (f *fakeAdmitter) SubmitWorkload(ctx context.Context, req *admitterv1.SubmitWorkloadRequest) (*admitterv1.SubmitWorkloadResponse, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	var tp string
+	if v := md.Get("traceparent"); len(v) > 0 {
+		tp = v[0]
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	created := true
+	for _, s := range f.submissions {
+		if proto.Equal(s.req.GetWorkload().GetRef(), req.GetWorkload().GetRef()) {
+			created = false
+		}
+	}
+	f.submissions = append(f.submissions, recordedSubmit{req: req, traceparent: tp})
+	if !created {
+		return nil, status.Error(codes.AlreadyExists, "workload exists")
+	}
+	return &admitterv1.SubmitWorkloadResponse{Uid: "wl-uid", Created: true}, nil
+}
+
+func (f *fakeAdmitter) ReportProgress(_ context.Context, req *admitterv1.ReportProgressRequest) (*admitterv1.ReportProgressResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reportTries++
+	if f.blockReports {
+		return nil, status.Error(codes.Unavailable, "reports blocked by the test")
+	}
+	f.reports = append(f.reports, req)
+	return &admitterv1.ReportProgressResponse{}, nil
+}
+
+func (f *fakeAdmitter) WatchAdmissions(req *admitterv1.WatchAdmissionsRequest, srv admitterv1.AdmitterService_WatchAdmissionsServer) error {
+	st := &fakeStream{send: make(chan *admitterv1.WatchAdmissionsResponse, 64), close: make(chan error, 1)}
+	f.mu.Lock()
+	f.watches = append(f.watches, req)
+	if f.stream != nil {
+		f.stream.close <- status.Error(codes.Aborted, "replaced by a newer stream")
+	}
+	f.stream = st
+	if req.GetResumeRevision() != f.revisionLocked() {
+		// Not resumable (first connection, or another epoch): snapshot,
+		// split in two batches to exercise the assembly.
+		var all []*admitterv1.Decision
+		for _, d := range f.inForce {
+			all = append(all, d)
+		}
+		half := len(all) / 2
+		st.send <- &admitterv1.WatchAdmissionsResponse{Kind: admitterv1.WatchAdmissionsResponse_KIND_SNAPSHOT, Decisions: all[:half]}
+		st.send <- &admitterv1.WatchAdmissionsResponse{Kind: admitterv1.WatchAdmissionsResponse_KIND_SNAPSHOT_END,
+			Revision: f.revisionLocked(), Decisions: all[half:]}
+	}
+	f.mu.Unlock()
+
+	for {
+		select {
+		case resp := <-st.send:
+			if err := srv.Send(resp); err != nil {
+				return err
+			}
+		case err := <-st.close:
+			return err
+		case <-srv.Context().Done():
+			return nil
+		}
+	}
+}
+
+func (f *fakeAdmitter) revisionLocked() string { return fmt.Sprintf("%d:%d", f.epoch, f.seq) }
+
+// push records decisions as in force and sends them as one change batch;
+// it returns the batch's revision.
+func (f *fakeAdmitter) push(decisions ...*admitterv1.Decision) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, d := range decisions {
+		k := d.GetWorkload().GetNamespace() + "/" + d.GetWorkload().GetName()
+		if d.GetAction() == admitterv1.Decision_ACTION_FORGET {
+			delete(f.inForce, k)
+		} else {
+			f.inForce[k] = d
+		}
+	}
+	f.seq++
+	rev := f.revisionLocked()
+	if f.stream != nil {
+		f.stream.send <- &admitterv1.WatchAdmissionsResponse{Kind: admitterv1.WatchAdmissionsResponse_KIND_CHANGE,
+			Revision: rev, Decisions: decisions}
+	}
+	return rev
+}
+
+// breakStream ends the open stream with UNAVAILABLE. With newEpoch the
+// next stream cannot resume and gets a snapshot, as after an admitter
+// restart.
+func (f *fakeAdmitter) breakStream(newEpoch bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if newEpoch {
+		f.epoch++
+		f.seq = 0
+	}
+	if f.stream != nil {
+		f.stream.close <- status.Error(codes.Unavailable, "stream broken by the test")
+		f.stream = nil
+	}
+}
+
+func (f *fakeAdmitter) setBlockReports(block bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.blockReports = block
+}
+
+// snapshot returns copies of the recorded calls.
+func (f *fakeAdmitter) snapshot() (subs []recordedSubmit, reports []*admitterv1.ReportProgressRequest, reportTries int, watches []*admitterv1.WatchAdmissionsRequest) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]recordedSubmit(nil), f.submissions...), append([]*admitterv1.ReportProgressRequest(nil), f.reports...),
+		f.reportTries, append([]*admitterv1.WatchAdmissionsRequest(nil), f.watches...)
+}
+
+// submissionsFor returns the recorded submissions of workload name.
+func (f *fakeAdmitter) submissionsFor(name string) []recordedSubmit {
+	subs, _, _, _ := f.snapshot()
+	var out []recordedSubmit
+	for _, s := range subs {
+		if s.req.GetWorkload().GetRef().GetName() == name {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// reportsFor returns the successful reports of workload name.
+func (f *fakeAdmitter) reportsFor(name string) []*admitterv1.ReportProgressRequest {
+	_, reports, _, _ := f.snapshot()
+	var out []*admitterv1.ReportProgressRequest
+	for _, r := range reports {
+		if r.GetWorkload().GetName() == name {
+			out = append(out, r)
+		}
+	}
+	return out
+}
