@@ -1,0 +1,219 @@
+// Package app wires the admitter together — the controller-runtime manager
+// with its caches and leader election, the control loop, the decision
+// stream, the AdmitterService gRPC server and the probe and metrics server —
+// and runs it. The admitter binary calls Run; tests call it in-process.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
+	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
+	"github.com/sluice-dev/sluice/pkg/rpc"
+	"github.com/sluice-dev/sluice/pkg/serve"
+	"github.com/sluice-dev/sluice/services/admitter/internal/checks"
+	"github.com/sluice-dev/sluice/services/admitter/internal/controller"
+	"github.com/sluice-dev/sluice/services/admitter/internal/metrics"
+	"github.com/sluice-dev/sluice/services/admitter/internal/server"
+	"github.com/sluice-dev/sluice/services/admitter/internal/stream"
+)
+
+// Defaults of the admitter's settings.
+const (
+	DefaultGRPCAddr  = "127.0.0.1:9090"
+	DefaultHTTPAddr  = ":8083"
+	DefaultLeaseName = "sluice-admitter"
+	DefaultNamespace = "sluice-system"
+	// ServiceName is the gRPC health service that is SERVING only on the
+	// leader.
+	ServiceName = server.ServiceName
+)
+
+// Config is everything the admitter needs to run.
+type Config struct {
+	// REST reaches the API server; its QPS and Burst bound the admitter's
+	// writes.
+	REST *rest.Config
+
+	// GRPCListener, if set, serves AdmitterService; otherwise GRPCAddr is
+	// listened on.
+	GRPCListener net.Listener
+	GRPCAddr     string
+	// HTTPListener, if set, serves /healthz, /readyz and /metrics;
+	// otherwise HTTPAddr is listened on, and nothing when it is empty.
+	HTTPListener net.Listener
+	HTTPAddr     string
+
+	// LeaderElect runs only while holding the Lease LeaseNamespace/LeaseName.
+	LeaderElect    bool
+	LeaseNamespace string
+	LeaseName      string
+
+	// Registry collects the metrics; nil means controller-runtime's global
+	// registry (which also holds the Go and process collectors).
+	Registry prometheus.Registerer
+	// Gatherer serves /metrics; nil means controller-runtime's registry.
+	Gatherer prometheus.Gatherer
+
+	// ProbeInterval is how often admission-check providers are probed.
+	ProbeInterval time.Duration
+	// StatusInterval is the least time between two status writes of one
+	// ClusterQueue or LocalQueue.
+	StatusInterval time.Duration
+	// EventInterval is how often per-queue summary events are emitted.
+	EventInterval time.Duration
+	// WriteConcurrency bounds the concurrent writes of one cycle.
+	WriteConcurrency int
+	// CheckWorkers is how many workloads' checks are evaluated at once.
+	CheckWorkers int
+
+	// Ready, if set, is called once the admitter leads and serves.
+	Ready func()
+}
+
+// Scheme returns the scheme of the admitter's clients: client-go's kinds
+// and sluice.dev/v1alpha1.
+func Scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, fmt.Errorf("add client-go scheme: %w", err)
+	}
+	if err := v1alpha1.AddToScheme(s); err != nil {
+		return nil, fmt.Errorf("add sluice.dev/v1alpha1 scheme: %w", err)
+	}
+	return s, nil
+}
+
+// Run runs the admitter until ctx ends (nil then) or something fails,
+// such as the loss of the leader Lease.
+func Run(ctx context.Context, log logr.Logger, cfg Config) error {
+	if cfg.REST == nil {
+		return errors.New("admitter config: REST is required")
+	}
+	if cfg.LeaderElect && cfg.LeaseNamespace == "" {
+		return errors.New("admitter config: a lease namespace is required with leader election")
+	}
+	if cfg.LeaseName == "" {
+		cfg.LeaseName = DefaultLeaseName
+	}
+	reg := cfg.Registry
+	if reg == nil {
+		reg = ctrlmetrics.Registry
+	}
+	gatherer := cfg.Gatherer
+	if gatherer == nil {
+		gatherer = ctrlmetrics.Registry
+	}
+	scheme, err := Scheme()
+	if err != nil {
+		return err
+	}
+	m, err := metrics.New(reg)
+	if err != nil {
+		return err
+	}
+
+	mgr, err := ctrl.NewManager(cfg.REST, ctrl.Options{
+		Scheme:                        scheme,
+		Logger:                        log,
+		Metrics:                       metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:        "0",
+		LeaderElection:                cfg.LeaderElect,
+		LeaderElectionID:              cfg.LeaseName,
+		LeaderElectionNamespace:       cfg.LeaseNamespace,
+		LeaderElectionResourceLock:    "leases",
+		LeaderElectionReleaseOnCancel: true,
+		Cache:                         cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+	})
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+
+	grpcSrv := rpc.NewServer(log.WithName("grpc"))
+	grpcSrv.Health.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+
+	broadcaster := stream.New(stream.Options{
+		OnSend: func(a admitterv1.Decision_Action) { m.DecisionsStreamed.WithLabelValues(a.String()).Inc() },
+	})
+	pool := checks.NewPool(log.WithName("checks"), m)
+	defer pool.Close()
+
+	adm := controller.New(controller.Config{
+		Client:           client.WithFieldOwner(mgr.GetClient(), controller.FieldOwner),
+		APIReader:        mgr.GetAPIReader(),
+		Cache:            mgr.GetCache(),
+		Recorder:         mgr.GetEventRecorder(controller.FieldOwner),
+		Stream:           broadcaster,
+		Checks:           pool,
+		Metrics:          m,
+		Log:              log.WithName("controller"),
+		WriteConcurrency: cfg.WriteConcurrency,
+		CheckWorkers:     cfg.CheckWorkers,
+		StatusInterval:   cfg.StatusInterval,
+		ProbeInterval:    cfg.ProbeInterval,
+		EventInterval:    cfg.EventInterval,
+		OnLeading: func() {
+			grpcSrv.Health.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
+			if cfg.Ready != nil {
+				cfg.Ready()
+			}
+		},
+	})
+	if err := adm.Watch(ctx); err != nil {
+		return err
+	}
+	if err := mgr.Add(adm); err != nil {
+		return fmt.Errorf("add admitter to manager: %w", err)
+	}
+	admitterv1.RegisterAdmitterServiceServer(grpcSrv, server.New(adm, broadcaster, m, log.WithName("server")))
+
+	grpcLis := cfg.GRPCListener
+	if grpcLis == nil {
+		addr := cfg.GRPCAddr
+		if addr == "" {
+			addr = DefaultGRPCAddr
+		}
+		if grpcLis, err = net.Listen("tcp", addr); err != nil {
+			return fmt.Errorf("listen on --grpc-addr %s: %w", addr, err)
+		}
+	}
+	httpLis := cfg.HTTPListener
+	if httpLis == nil && cfg.HTTPAddr != "" {
+		if httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+			grpcLis.Close()
+			return fmt.Errorf("listen on --http-addr %s: %w", cfg.HTTPAddr, err)
+		}
+	}
+
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := mgr.Start(ctx); err != nil {
+			return fmt.Errorf("manager: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error { return grpcSrv.Run(ctx, grpcLis) })
+	if httpLis != nil {
+		hs := serve.NewServer(gatherer)
+		hs.AddReadinessCheck("leader", adm.Ready)
+		g.Go(func() error { return hs.Run(ctx, httpLis) })
+	}
+	return g.Wait()
+}

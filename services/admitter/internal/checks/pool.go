@@ -1,0 +1,236 @@
+// Package checks is the admitter's side of sluice.checks.v1: one gRPC
+// connection per provider endpoint, calls bounded by each AdmissionCheck's
+// timeout and timed in metrics, and the reading of a provider's answer
+// (validated with pkg/checkvalidate) as a check state for the workload.
+package checks
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	checksv1 "github.com/sluice-dev/sluice/gen/sluice/checks/v1"
+	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
+	"github.com/sluice-dev/sluice/pkg/checkvalidate"
+	"github.com/sluice-dev/sluice/pkg/rpc"
+	"github.com/sluice-dev/sluice/services/admitter/internal/metrics"
+)
+
+// Defaults of an AdmissionCheck's spec, applied when a field is unset.
+const (
+	DefaultTimeout        = 10 * time.Second
+	DefaultInitialBackoff = time.Second
+	DefaultMaxBackoff     = 5 * time.Minute
+)
+
+// Timeout is the per-call deadline of ac.
+func Timeout(ac *v1alpha1.AdmissionCheck) time.Duration {
+	if ac.Spec.Timeout != nil && ac.Spec.Timeout.Duration > 0 {
+		return ac.Spec.Timeout.Duration
+	}
+	return DefaultTimeout
+}
+
+// Backoff is the wait before the attempt-th retry (attempt counts from 0)
+// under ac's retry policy: initial x 2^attempt, capped at the maximum.
+func Backoff(ac *v1alpha1.AdmissionCheck, attempt int) time.Duration {
+	initial, maxWait := DefaultInitialBackoff, DefaultMaxBackoff
+	if r := ac.Spec.Retry; r != nil {
+		if r.InitialBackoff != nil && r.InitialBackoff.Duration > 0 {
+			initial = r.InitialBackoff.Duration
+		}
+		if r.MaxBackoff != nil && r.MaxBackoff.Duration > 0 {
+			maxWait = r.MaxBackoff.Duration
+		}
+	}
+	d := initial
+	for i := 0; i < attempt && d < maxWait; i++ {
+		d *= 2
+	}
+	return min(d, maxWait)
+}
+
+// MaxBackoff is the longest wait of ac's retry policy.
+func MaxBackoff(ac *v1alpha1.AdmissionCheck) time.Duration {
+	return Backoff(ac, 64)
+}
+
+// Parameters converts ac's spec.parameters for the wire.
+func Parameters(ac *v1alpha1.AdmissionCheck) (*structpb.Struct, error) {
+	if ac.Spec.Parameters == nil || len(ac.Spec.Parameters.Raw) == 0 {
+		return nil, nil
+	}
+	var m map[string]any
+	if err := json.Unmarshal(ac.Spec.Parameters.Raw, &m); err != nil {
+		return nil, fmt.Errorf("AdmissionCheck %s spec.parameters: not a JSON object: %w", ac.Name, err)
+	}
+	s, err := structpb.NewStruct(m)
+	if err != nil {
+		return nil, fmt.Errorf("AdmissionCheck %s spec.parameters: %w", ac.Name, err)
+	}
+	return s, nil
+}
+
+// Pool holds one client connection per provider endpoint. It is safe for
+// concurrent use.
+type Pool struct {
+	log     logr.Logger
+	metrics *metrics.Metrics
+	opts    []grpc.DialOption
+
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+}
+
+// NewPool returns an empty pool; opts are passed to every rpc.Dial.
+func NewPool(log logr.Logger, m *metrics.Metrics, opts ...grpc.DialOption) *Pool {
+	return &Pool{log: log, metrics: m, opts: opts, conns: map[string]*grpc.ClientConn{}}
+}
+
+// conn returns the cached connection to endpoint, dialling it first.
+func (p *Pool) conn(endpoint string) (*grpc.ClientConn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.conns[endpoint]; ok {
+		return c, nil
+	}
+	c, err := rpc.Dial(endpoint, p.log.WithValues("endpoint", endpoint), p.opts...)
+	if err != nil {
+		return nil, err
+	}
+	p.conns[endpoint] = c
+	return c, nil
+}
+
+// Close closes every connection.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for ep, c := range p.conns {
+		if err := c.Close(); err != nil {
+			p.log.V(1).Info("closing provider connection", "endpoint", ep, "error", err.Error())
+		}
+	}
+	p.conns = map[string]*grpc.ClientConn{}
+}
+
+// call runs fn with ac's deadline and records its latency and failure.
+func (p *Pool) call(ctx context.Context, ac *v1alpha1.AdmissionCheck, method string, fn func(context.Context, *grpc.ClientConn) error) error {
+	c, err := p.conn(ac.Spec.Endpoint)
+	if err != nil {
+		p.metrics.CheckCallErrors.WithLabelValues(ac.Name, method, "dial").Inc()
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, Timeout(ac))
+	defer cancel()
+	start := time.Now()
+	err = fn(ctx, c)
+	p.metrics.CheckCallDuration.WithLabelValues(ac.Name, method).Observe(time.Since(start).Seconds())
+	if err != nil {
+		p.metrics.CheckCallErrors.WithLabelValues(ac.Name, method, status.Code(err).String()).Inc()
+	}
+	return err
+}
+
+// Describe asks ac's provider who it is and whether it is ready.
+func (p *Pool) Describe(ctx context.Context, ac *v1alpha1.AdmissionCheck) (*checksv1.GetProviderInfoResponse, *checksv1.ProbeResponse, error) {
+	var info *checksv1.GetProviderInfoResponse
+	err := p.call(ctx, ac, "GetProviderInfo", func(ctx context.Context, c *grpc.ClientConn) error {
+		var err error
+		info, err = checksv1.NewIdentityServiceClient(c).GetProviderInfo(ctx, &checksv1.GetProviderInfoRequest{})
+		return err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("GetProviderInfo: %w", err)
+	}
+	var probe *checksv1.ProbeResponse
+	err = p.call(ctx, ac, "Probe", func(ctx context.Context, c *grpc.ClientConn) error {
+		var err error
+		probe, err = checksv1.NewIdentityServiceClient(c).Probe(ctx, &checksv1.ProbeRequest{})
+		return err
+	})
+	if err != nil {
+		return info, nil, fmt.Errorf("Probe: %w", err)
+	}
+	return info, probe, nil
+}
+
+// Evaluate asks ac's provider for its answer to req.
+func (p *Pool) Evaluate(ctx context.Context, ac *v1alpha1.AdmissionCheck, req *checksv1.EvaluateRequest) (*checksv1.EvaluateResponse, error) {
+	var resp *checksv1.EvaluateResponse
+	err := p.call(ctx, ac, "Evaluate", func(ctx context.Context, c *grpc.ClientConn) error {
+		var err error
+		resp, err = checksv1.NewCheckServiceClient(c).Evaluate(ctx, req)
+		return err
+	})
+	return resp, err
+}
+
+// Release tells ac's provider that the reservation req names is gone.
+func (p *Pool) Release(ctx context.Context, ac *v1alpha1.AdmissionCheck, req *checksv1.ReleaseRequest) error {
+	return p.call(ctx, ac, "Release", func(ctx context.Context, c *grpc.ClientConn) error {
+		_, err := checksv1.NewCheckServiceClient(c).Release(ctx, req)
+		return err
+	})
+}
+
+// Capabilities reads the capabilities recorded in ac's status.
+func Capabilities(ac *v1alpha1.AdmissionCheck) []checksv1.Capability {
+	if ac.Status.Provider == nil {
+		return nil
+	}
+	var out []checksv1.Capability
+	for _, name := range ac.Status.Provider.Capabilities {
+		if v, ok := checksv1.Capability_value[name]; ok {
+			out = append(out, checksv1.Capability(v))
+		}
+	}
+	return out
+}
+
+// ProviderStatus is what GetProviderInfo and Probe say, as ac's status.
+func ProviderStatus(info *checksv1.GetProviderInfoResponse) *v1alpha1.ProviderInfo {
+	if info == nil {
+		return nil
+	}
+	out := &v1alpha1.ProviderInfo{
+		Name:             info.GetName(),
+		Version:          info.GetVendorVersion(),
+		ContractVersions: slices.Clone(info.GetContractVersions()),
+	}
+	for _, c := range info.GetCapabilities() {
+		if c != checksv1.Capability_CAPABILITY_UNSPECIFIED {
+			out.Capabilities = append(out.Capabilities, c.String())
+		}
+	}
+	return out
+}
+
+// Activity decides ac's Active condition from a Describe result: reason
+// and message, and whether the provider is active.
+func Activity(info *checksv1.GetProviderInfoResponse, probe *checksv1.ProbeResponse, err error) (active bool, reason, message string) {
+	switch {
+	case info == nil:
+		return false, "ProviderUnreachable", fmt.Sprintf("the provider did not answer: %v", err)
+	case checkvalidate.ProviderInfo(info) != nil:
+		return false, "InvalidProviderInfo", fmt.Sprintf("the provider's GetProviderInfo answer is invalid: %v", checkvalidate.ProviderInfo(info))
+	case err != nil:
+		return false, "ProbeFailed", fmt.Sprintf("the provider's probe failed: %v", err)
+	case !probe.GetReady():
+		msg := probe.GetMessage()
+		if msg == "" {
+			msg = "no reason given"
+		}
+		return false, "ProviderNotReady", "the provider is not ready: " + msg
+	default:
+		return true, "ProviderReady", fmt.Sprintf("provider %s %s speaks %s", info.GetName(), info.GetVendorVersion(), checkvalidate.ContractVersion)
+	}
+}

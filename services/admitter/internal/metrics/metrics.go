@@ -1,0 +1,121 @@
+// Package metrics defines the admitter's Prometheus metrics.
+package metrics
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+const namespace = "sluice_admitter"
+
+// Metrics are the admitter's collectors.
+type Metrics struct {
+	// CycleDuration times scheduling cycles.
+	CycleDuration prometheus.Histogram
+	// CycleReserved counts reservations made by scheduling cycles.
+	CycleReserved prometheus.Counter
+	// PendingWorkloads is the number of workloads waiting for quota, per
+	// ClusterQueue.
+	PendingWorkloads *prometheus.GaugeVec
+	// ReservingWorkloads is the number of workloads holding quota, per
+	// ClusterQueue.
+	ReservingWorkloads *prometheus.GaugeVec
+	// AdmittedWorkloads is the number of admitted, unfinished workloads, per
+	// ClusterQueue.
+	AdmittedWorkloads *prometheus.GaugeVec
+	// CheckCallDuration times calls to admission-check providers, per
+	// check and method.
+	CheckCallDuration *prometheus.HistogramVec
+	// CheckCallErrors counts failed or invalid provider answers, per check,
+	// method and gRPC code (or "invalid_response").
+	CheckCallErrors *prometheus.CounterVec
+	// DecisionsStreamed counts decisions sent on WatchAdmissions, per action.
+	DecisionsStreamed *prometheus.CounterVec
+	// DecisionsPublished counts decisions recorded in the stream, per action.
+	DecisionsPublished *prometheus.CounterVec
+	// SlowSubscribers counts stream subscribers cut off for falling behind.
+	SlowSubscribers prometheus.Counter
+	// WorkloadWrites counts API writes to Workloads, per operation.
+	WorkloadWrites *prometheus.CounterVec
+}
+
+// New creates the collectors and registers them with reg. Collectors that
+// reg already holds (a second admitter in the same process) are reused.
+func New(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		CycleDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "cycle_duration_seconds",
+			Help:    "Time one scheduling cycle takes, writes included.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}),
+		CycleReserved: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "reservations_total",
+			Help: "Quota reservations written by scheduling cycles.",
+		}),
+		PendingWorkloads: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "pending_workloads",
+			Help: "Workloads waiting for quota, per ClusterQueue.",
+		}, []string{"cluster_queue"}),
+		ReservingWorkloads: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "reserving_workloads",
+			Help: "Workloads holding quota (admitted or waiting for checks), per ClusterQueue.",
+		}, []string{"cluster_queue"}),
+		AdmittedWorkloads: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "admitted_workloads",
+			Help: "Admitted workloads that have not finished, per ClusterQueue.",
+		}, []string{"cluster_queue"}),
+		CheckCallDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "check_call_duration_seconds",
+			Help:    "Latency of calls to admission-check providers.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
+		}, []string{"check", "method"}),
+		CheckCallErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "check_call_errors_total",
+			Help: "Calls to admission-check providers that failed or returned an invalid answer.",
+		}, []string{"check", "method", "code"}),
+		DecisionsStreamed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "decisions_streamed_total",
+			Help: "Decisions sent to WatchAdmissions subscribers.",
+		}, []string{"action"}),
+		DecisionsPublished: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "decisions_published_total",
+			Help: "Decisions recorded in the decision stream.",
+		}, []string{"action"}),
+		SlowSubscribers: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "stream_slow_subscribers_total",
+			Help: "WatchAdmissions subscribers disconnected for falling behind.",
+		}),
+		WorkloadWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "workload_writes_total",
+			Help: "API writes to Workload objects, per operation.",
+		}, []string{"operation"}),
+	}
+	var err error
+	register := func(c prometheus.Collector) prometheus.Collector {
+		if e := reg.Register(c); e != nil {
+			var already prometheus.AlreadyRegisteredError
+			if errors.As(e, &already) {
+				return already.ExistingCollector
+			}
+			err = errors.Join(err, e)
+		}
+		return c
+	}
+	m.CycleDuration = register(m.CycleDuration).(prometheus.Histogram)
+	m.CycleReserved = register(m.CycleReserved).(prometheus.Counter)
+	m.PendingWorkloads = register(m.PendingWorkloads).(*prometheus.GaugeVec)
+	m.ReservingWorkloads = register(m.ReservingWorkloads).(*prometheus.GaugeVec)
+	m.AdmittedWorkloads = register(m.AdmittedWorkloads).(*prometheus.GaugeVec)
+	m.CheckCallDuration = register(m.CheckCallDuration).(*prometheus.HistogramVec)
+	m.CheckCallErrors = register(m.CheckCallErrors).(*prometheus.CounterVec)
+	m.DecisionsStreamed = register(m.DecisionsStreamed).(*prometheus.CounterVec)
+	m.DecisionsPublished = register(m.DecisionsPublished).(*prometheus.CounterVec)
+	m.SlowSubscribers = register(m.SlowSubscribers).(prometheus.Counter)
+	m.WorkloadWrites = register(m.WorkloadWrites).(*prometheus.CounterVec)
+	if err != nil {
+		return nil, fmt.Errorf("register admitter metrics: %w", err)
+	}
+	return m, nil
+}

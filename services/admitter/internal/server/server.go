@@ -1,0 +1,148 @@
+// Package server implements sluice.admitter.v1.AdmitterService on top of
+// the admitter's control loop and decision stream.
+package server
+
+import (
+	"context"
+	"errors"
+
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+
+	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
+	"github.com/sluice-dev/sluice/services/admitter/internal/controller"
+	"github.com/sluice-dev/sluice/services/admitter/internal/metrics"
+	"github.com/sluice-dev/sluice/services/admitter/internal/stream"
+	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
+)
+
+// ServiceName is the gRPC health service name of AdmitterService.
+const ServiceName = "sluice.admitter.v1.AdmitterService"
+
+// Server serves AdmitterService.
+type Server struct {
+	admitterv1.UnimplementedAdmitterServiceServer
+	admitter *controller.Admitter
+	stream   *stream.Broadcaster
+	metrics  *metrics.Metrics
+	log      logr.Logger
+}
+
+// New returns a Server backed by a and s.
+func New(a *controller.Admitter, s *stream.Broadcaster, m *metrics.Metrics, log logr.Logger) *Server {
+	return &Server{admitter: a, stream: s, metrics: m, log: log}
+}
+
+var errNotLeader = status.Error(codes.Unavailable, "this admitter is not the leader; retry (the Service routes to the leader)")
+
+// SubmitWorkload creates the Workload; an existing one is success with
+// created=false.
+func (s *Server) SubmitWorkload(ctx context.Context, req *admitterv1.SubmitWorkloadRequest) (*admitterv1.SubmitWorkloadResponse, error) {
+	wl, err := workload.FromProto(req.GetWorkload())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	uid, created, err := s.admitter.Submit(ctx, wl)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &admitterv1.SubmitWorkloadResponse{Uid: string(uid), Created: created}, nil
+}
+
+// ReportProgress records succeeded pods and the end of a workload.
+func (s *Server) ReportProgress(ctx context.Context, req *admitterv1.ReportProgressRequest) (*admitterv1.ReportProgressResponse, error) {
+	ref := req.GetWorkload()
+	if ref.GetNamespace() == "" || ref.GetName() == "" {
+		return nil, status.Error(codes.InvalidArgument, "workload.namespace and workload.name are required")
+	}
+	for name, n := range req.GetSucceededPods() {
+		if n < 0 {
+			return nil, status.Errorf(codes.InvalidArgument, "succeeded_pods[%q] %d: must not be negative", name, n)
+		}
+	}
+	p := controller.Progress{
+		UID:       types.UID(ref.GetUid()),
+		Succeeded: req.GetSucceededPods(),
+	}
+	if f := req.GetFinish(); f != nil {
+		p.Finished, p.FinishSucceeded, p.FinishMessage = true, f.GetSucceeded(), f.GetMessage()
+	}
+	if err := s.admitter.ReportProgress(ctx, types.NamespacedName{Namespace: ref.GetNamespace(), Name: ref.GetName()}, p); err != nil {
+		return nil, toStatus(err)
+	}
+	return &admitterv1.ReportProgressResponse{}, nil
+}
+
+// WatchAdmissions streams a snapshot (or the changes since the client's
+// revision) and then every change, until the client leaves, falls behind,
+// or this admitter stops leading.
+func (s *Server) WatchAdmissions(req *admitterv1.WatchAdmissionsRequest, srv admitterv1.AdmitterService_WatchAdmissionsServer) error {
+	if !s.admitter.Leading() {
+		return errNotLeader
+	}
+	shard := stream.Shard{Index: req.GetShard().GetIndex(), Count: req.GetShard().GetCount()}
+	sub, err := s.stream.Subscribe(req.GetResumeRevision(), shard)
+	if err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	defer sub.Close()
+	for _, resp := range sub.Initial {
+		if err := srv.Send(resp); err != nil {
+			return err
+		}
+		sub.Sent(resp)
+	}
+	ctx := srv.Context()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case resp, ok := <-sub.C:
+			if !ok {
+				err := sub.Err()
+				if errors.Is(err, stream.ErrFellBehind) {
+					s.metrics.SlowSubscribers.Inc()
+					return status.Error(codes.ResourceExhausted, err.Error())
+				}
+				if err == nil {
+					return nil
+				}
+				return status.Error(codes.Unavailable, err.Error())
+			}
+			if err := srv.Send(resp); err != nil {
+				return err
+			}
+			sub.Sent(resp)
+		}
+	}
+}
+
+// toStatus maps the control loop's errors to gRPC codes the caller can act
+// on: retry (Unavailable), fix the request (InvalidArgument) or the
+// cluster (FailedPrecondition).
+func toStatus(err error) error {
+	switch {
+	case errors.Is(err, controller.ErrNotLeader):
+		return errNotLeader
+	case errors.Is(err, controller.ErrStale):
+		return status.Error(codes.Unavailable, err.Error())
+	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case apierrors.IsNotFound(err):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case apierrors.IsForbidden(err):
+		return status.Error(codes.PermissionDenied, err.Error())
+	case apierrors.IsConflict(err), apierrors.IsTimeout(err), apierrors.IsServerTimeout(err),
+		apierrors.IsTooManyRequests(err), apierrors.IsServiceUnavailable(err), apierrors.IsInternalError(err):
+		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	default:
+		return status.Error(codes.Internal, err.Error())
+	}
+}

@@ -1,0 +1,395 @@
+// Package stream is the admitter's decision broadcaster behind
+// WatchAdmissions. It keeps every decision in force (admitted workloads) and
+// a bounded ring of recent changes, each numbered by a revision
+// "<epoch>:<seq>". A new subscriber gets a snapshot of the decisions in
+// force, or, when it names a revision of this epoch still in the ring, only
+// the changes after it. Publishing never blocks: a subscriber whose buffer is
+// full is disconnected and resumes (or re-snapshots) when it reconnects.
+package stream
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+	"sync"
+
+	"google.golang.org/protobuf/proto"
+
+	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
+)
+
+// Defaults for Options.
+const (
+	DefaultRingSize   = 16384
+	DefaultBufferSize = 1024
+	DefaultChunkSize  = 500
+)
+
+// ErrFellBehind ends a subscription whose buffer overflowed.
+var ErrFellBehind = errors.New("subscriber fell behind the decision stream; reconnect with the last revision applied")
+
+// ErrClosed ends subscriptions when the broadcaster resets (a new epoch).
+var ErrClosed = errors.New("decision stream restarted; reconnect for a snapshot")
+
+// Options tune a Broadcaster; zero fields take the defaults.
+type Options struct {
+	// RingSize is how many recent decisions a resume can replay.
+	RingSize int
+	// BufferSize is how many change batches may wait for one subscriber.
+	BufferSize int
+	// ChunkSize is the most decisions per snapshot or replay batch.
+	ChunkSize int
+	// OnSend, if set, is told of every decision a subscriber was sent (see
+	// Subscription.Sent).
+	OnSend func(action admitterv1.Decision_Action)
+	// OnDisconnect, if set, is told when a slow subscriber is dropped.
+	OnDisconnect func()
+}
+
+type change struct {
+	seq      uint64
+	decision *admitterv1.Decision
+}
+
+// Broadcaster fans decisions out to subscribers. It is safe for concurrent
+// use.
+type Broadcaster struct {
+	opts Options
+
+	mu      sync.Mutex
+	epoch   string
+	seq     uint64
+	inForce map[string]*admitterv1.Decision
+	ring    []change // circular, len <= RingSize
+	next    int      // ring index the next change goes to
+	subs    map[*Subscription]struct{}
+}
+
+// New returns a Broadcaster with a fresh random epoch and nothing in force.
+func New(opts Options) *Broadcaster {
+	if opts.RingSize <= 0 {
+		opts.RingSize = DefaultRingSize
+	}
+	if opts.BufferSize <= 0 {
+		opts.BufferSize = DefaultBufferSize
+	}
+	if opts.ChunkSize <= 0 {
+		opts.ChunkSize = DefaultChunkSize
+	}
+	b := &Broadcaster{opts: opts, subs: map[*Subscription]struct{}{}}
+	b.resetLocked(nil)
+	return b
+}
+
+// Key is the stream's name for a workload: "<namespace>/<name>".
+func Key(d *admitterv1.Decision) string {
+	return d.GetWorkload().GetNamespace() + "/" + d.GetWorkload().GetName()
+}
+
+// Reset starts a new epoch with admits as the decisions in force, and
+// disconnects every subscriber (they reconnect for a snapshot). The admitter
+// calls it when it becomes leader.
+func (b *Broadcaster) Reset(admits []*admitterv1.Decision) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for s := range b.subs {
+		s.closeLocked(ErrClosed)
+	}
+	b.subs = map[*Subscription]struct{}{}
+	b.resetLocked(admits)
+}
+
+func (b *Broadcaster) resetLocked(admits []*admitterv1.Decision) {
+	b.epoch = newEpoch()
+	b.seq = 0
+	b.ring = make([]change, 0, min(b.opts.RingSize, 1024))
+	b.next = 0
+	b.inForce = make(map[string]*admitterv1.Decision, len(admits))
+	for _, d := range admits {
+		b.inForce[Key(d)] = d
+	}
+}
+
+func newEpoch() string {
+	var buf [6]byte
+	if _, err := rand.Read(buf[:]); err != nil {
+		panic(fmt.Sprintf("stream: read random epoch: %v", err))
+	}
+	return hex.EncodeToString(buf[:])
+}
+
+// Revision is the current revision.
+func (b *Broadcaster) Revision() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.revisionLocked()
+}
+
+func (b *Broadcaster) revisionLocked() string {
+	return b.epoch + ":" + strconv.FormatUint(b.seq, 10)
+}
+
+// InForce reports whether an ADMIT decision is in force for the workload
+// "<namespace>/<name>".
+func (b *Broadcaster) InForce(key string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.inForce[key]
+	return ok
+}
+
+// Publish records decisions as one change and sends them to the
+// subscribers whose shard they fall in. A decision that changes nothing
+// (an ADMIT equal to the one in force, an EVICT or FORGET for a workload
+// without a decision in force) is dropped. It returns how many decisions
+// were recorded.
+func (b *Broadcaster) Publish(decisions ...*admitterv1.Decision) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var recorded []change
+	for _, d := range decisions {
+		key := Key(d)
+		cur, inForce := b.inForce[key]
+		switch d.GetAction() {
+		case admitterv1.Decision_ACTION_ADMIT:
+			if inForce && proto.Equal(cur, d) {
+				continue
+			}
+			b.inForce[key] = d
+		case admitterv1.Decision_ACTION_EVICT, admitterv1.Decision_ACTION_FORGET:
+			if !inForce {
+				continue
+			}
+			delete(b.inForce, key)
+		default:
+			continue
+		}
+		b.seq++
+		c := change{seq: b.seq, decision: d}
+		b.appendRingLocked(c)
+		recorded = append(recorded, c)
+	}
+	if len(recorded) == 0 {
+		return 0
+	}
+	for s := range b.subs {
+		var batch []*admitterv1.Decision
+		for _, c := range recorded {
+			if s.shard.contains(c.decision) {
+				batch = append(batch, c.decision)
+			}
+		}
+		if len(batch) == 0 {
+			continue
+		}
+		resp := &admitterv1.WatchAdmissionsResponse{
+			Kind:      admitterv1.WatchAdmissionsResponse_KIND_CHANGE,
+			Revision:  b.revisionLocked(),
+			Decisions: batch,
+		}
+		select {
+		case s.ch <- resp:
+		default:
+			s.closeLocked(ErrFellBehind)
+			delete(b.subs, s)
+			if b.opts.OnDisconnect != nil {
+				b.opts.OnDisconnect()
+			}
+		}
+	}
+	return len(recorded)
+}
+
+func (b *Broadcaster) appendRingLocked(c change) {
+	if len(b.ring) < b.opts.RingSize {
+		b.ring = append(b.ring, c)
+		b.next = len(b.ring) % b.opts.RingSize
+		return
+	}
+	b.ring[b.next] = c
+	b.next = (b.next + 1) % b.opts.RingSize
+}
+
+// since returns the ring's changes after seq, oldest first, and whether the
+// ring still holds every one of them.
+func (b *Broadcaster) sinceLocked(seq uint64) ([]change, bool) {
+	if seq > b.seq {
+		return nil, false
+	}
+	if seq == b.seq {
+		return nil, true
+	}
+	// The ring holds the last len(ring) changes: seqs b.seq-len+1 .. b.seq.
+	oldest := b.seq - uint64(len(b.ring)) + 1
+	if seq+1 < oldest {
+		return nil, false
+	}
+	out := make([]change, 0, b.seq-seq)
+	start := b.next // oldest entry when the ring is full
+	if len(b.ring) < b.opts.RingSize {
+		start = 0
+	}
+	for i := 0; i < len(b.ring); i++ {
+		c := b.ring[(start+i)%len(b.ring)]
+		if c.seq > seq {
+			out = append(out, c)
+		}
+	}
+	return out, true
+}
+
+// Shard selects workloads by FNV-1a (32 bit) of "<namespace>/<name>"
+// modulo Count; Count 0 or 1 selects everything.
+type Shard struct {
+	Index, Count uint32
+}
+
+// Validate refuses an index outside the count.
+func (s Shard) Validate() error {
+	if s.Count > 1 && s.Index >= s.Count {
+		return fmt.Errorf("shard.index %d must be below shard.count %d", s.Index, s.Count)
+	}
+	return nil
+}
+
+func (s Shard) contains(d *admitterv1.Decision) bool {
+	if s.Count <= 1 {
+		return true
+	}
+	return ShardOf(d.GetWorkload().GetNamespace(), d.GetWorkload().GetName(), s.Count) == s.Index
+}
+
+// ShardOf is the shard of a workload among count shards.
+func ShardOf(namespace, name string, count uint32) uint32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(namespace + "/" + name))
+	return h.Sum32() % count
+}
+
+// Subscription is one subscriber's view of the stream: Initial first
+// (a snapshot or the replayed changes), then every batch from C. C is
+// closed when the subscription ends; Err says why.
+type Subscription struct {
+	// Initial are the batches to send before anything from C.
+	Initial []*admitterv1.WatchAdmissionsResponse
+	// C delivers change batches.
+	C <-chan *admitterv1.WatchAdmissionsResponse
+	// Resumed is true when Initial replays changes instead of a snapshot.
+	Resumed bool
+
+	b      *Broadcaster
+	shard  Shard
+	ch     chan *admitterv1.WatchAdmissionsResponse
+	err    error
+	closed bool
+}
+
+// Subscribe opens a subscription for shard. resumeRevision is the last
+// revision the subscriber applied; when it belongs to this epoch and the
+// ring still holds what followed, Initial replays those changes, otherwise
+// Initial is a snapshot (possibly several KIND_SNAPSHOT batches, always
+// ending with KIND_SNAPSHOT_END, which alone carries the revision).
+func (b *Broadcaster) Subscribe(resumeRevision string, shard Shard) (*Subscription, error) {
+	if err := shard.Validate(); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := &Subscription{b: b, shard: shard, ch: make(chan *admitterv1.WatchAdmissionsResponse, b.opts.BufferSize)}
+	s.C = s.ch
+	if seq, ok := b.parseLocked(resumeRevision); ok {
+		if changes, ok := b.sinceLocked(seq); ok {
+			s.Resumed = true
+			var ds []*admitterv1.Decision
+			for _, c := range changes {
+				if shard.contains(c.decision) {
+					ds = append(ds, c.decision)
+				}
+			}
+			s.Initial = b.chunksLocked(ds, admitterv1.WatchAdmissionsResponse_KIND_CHANGE, admitterv1.WatchAdmissionsResponse_KIND_CHANGE)
+		}
+	}
+	if !s.Resumed {
+		ds := make([]*admitterv1.Decision, 0, len(b.inForce))
+		for _, d := range b.inForce {
+			if shard.contains(d) {
+				ds = append(ds, d)
+			}
+		}
+		s.Initial = b.chunksLocked(ds, admitterv1.WatchAdmissionsResponse_KIND_SNAPSHOT, admitterv1.WatchAdmissionsResponse_KIND_SNAPSHOT_END)
+		if len(s.Initial) == 0 {
+			s.Initial = []*admitterv1.WatchAdmissionsResponse{{
+				Kind: admitterv1.WatchAdmissionsResponse_KIND_SNAPSHOT_END, Revision: b.revisionLocked(),
+			}}
+		}
+	}
+	b.subs[s] = struct{}{}
+	return s, nil
+}
+
+// chunksLocked splits ds into batches of kind, the last one lastKind and
+// the only one carrying the current revision.
+func (b *Broadcaster) chunksLocked(ds []*admitterv1.Decision, kind, lastKind admitterv1.WatchAdmissionsResponse_Kind) []*admitterv1.WatchAdmissionsResponse {
+	var out []*admitterv1.WatchAdmissionsResponse
+	for start := 0; start < len(ds); start += b.opts.ChunkSize {
+		end := min(start+b.opts.ChunkSize, len(ds))
+		out = append(out, &admitterv1.WatchAdmissionsResponse{Kind: kind, Decisions: ds[start:end]})
+	}
+	if len(out) > 0 {
+		last := out[len(out)-1]
+		last.Kind = lastKind
+		last.Revision = b.revisionLocked()
+	}
+	return out
+}
+
+// parseLocked returns the sequence number of a revision of this epoch.
+func (b *Broadcaster) parseLocked(rev string) (uint64, bool) {
+	epoch, seqText, ok := strings.Cut(rev, ":")
+	if !ok || epoch != b.epoch {
+		return 0, false
+	}
+	seq, err := strconv.ParseUint(seqText, 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return seq, true
+}
+
+// Err is why the subscription ended (nil while it runs or after Close).
+func (s *Subscription) Err() error {
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	return s.err
+}
+
+// Close ends the subscription.
+func (s *Subscription) Close() {
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	delete(s.b.subs, s)
+	s.closeLocked(nil)
+}
+
+// Sent tells the OnSend observer that resp went out to the subscriber.
+func (s *Subscription) Sent(resp *admitterv1.WatchAdmissionsResponse) {
+	if s.b.opts.OnSend == nil {
+		return
+	}
+	for _, d := range resp.Decisions {
+		s.b.opts.OnSend(d.GetAction())
+	}
+}
+
+func (s *Subscription) closeLocked(err error) {
+	if s.closed {
+		return
+	}
+	s.closed = true
+	s.err = err
+	close(s.ch)
+}

@@ -1,0 +1,261 @@
+package workload
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	checksv1 "github.com/sluice-dev/sluice/gen/sluice/checks/v1"
+	sluicev1 "github.com/sluice-dev/sluice/gen/sluice/v1"
+	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
+	"github.com/sluice-dev/sluice/pkg/podkeys"
+	"github.com/sluice-dev/sluice/pkg/podset"
+)
+
+// maxPodSets is the API's limit on spec.podSets.
+const maxPodSets = 18
+
+// FromProto builds the Workload object a SubmitWorkload request asks for.
+// Errors name the request field and the rule it breaks.
+func FromProto(p *sluicev1.Workload) (*v1alpha1.Workload, error) {
+	if p == nil {
+		return nil, fmt.Errorf("workload: required")
+	}
+	ref := p.GetRef()
+	if errs := validation.IsDNS1123Label(ref.GetNamespace()); len(errs) > 0 {
+		return nil, fmt.Errorf("workload.ref.namespace %q: %s", ref.GetNamespace(), errs[0])
+	}
+	if errs := validation.IsDNS1123Subdomain(ref.GetName()); len(errs) > 0 {
+		return nil, fmt.Errorf("workload.ref.name %q: %s", ref.GetName(), errs[0])
+	}
+	if errs := validation.IsDNS1123Subdomain(p.GetQueueName()); len(errs) > 0 {
+		return nil, fmt.Errorf("workload.queue_name %q: %s", p.GetQueueName(), errs[0])
+	}
+	if n := len(p.GetPodSets()); n == 0 || n > maxPodSets {
+		return nil, fmt.Errorf("workload.pod_sets: must have between 1 and %d entries, has %d", maxPodSets, n)
+	}
+	priority := p.GetPriority()
+	active := true
+	wl := &v1alpha1.Workload{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ref.GetNamespace(), Name: ref.GetName()},
+		Spec: v1alpha1.WorkloadSpec{
+			QueueName:         p.GetQueueName(),
+			Priority:          &priority,
+			PriorityClassName: p.GetPriorityClassName(),
+			Active:            &active,
+		},
+	}
+	if tp := p.GetTraceparent(); tp != "" {
+		wl.Annotations = map[string]string{podkeys.TraceparentAnnotation: tp}
+	}
+	seen := map[string]bool{}
+	for i, ps := range p.GetPodSets() {
+		path := fmt.Sprintf("workload.pod_sets[%d]", i)
+		if errs := validation.IsDNS1123Label(ps.GetName()); len(errs) > 0 {
+			return nil, fmt.Errorf("%s.name %q: %s", path, ps.GetName(), errs[0])
+		}
+		if seen[ps.GetName()] {
+			return nil, fmt.Errorf("%s.name %q: must be unique in the workload", path, ps.GetName())
+		}
+		seen[ps.GetName()] = true
+		if ps.GetCount() < 1 {
+			return nil, fmt.Errorf("%s.count %d: must be at least 1", path, ps.GetCount())
+		}
+		requests := corev1.ResourceList{}
+		for _, name := range slices.Sorted(maps.Keys(ps.GetRequests())) {
+			q, err := resource.ParseQuantity(ps.GetRequests()[name])
+			if err != nil {
+				return nil, fmt.Errorf("%s.requests[%q] %q: not a quantity: %w", path, name, ps.GetRequests()[name], err)
+			}
+			if q.Sign() < 0 {
+				return nil, fmt.Errorf("%s.requests[%q] %q: must not be negative", path, name, ps.GetRequests()[name])
+			}
+			requests[corev1.ResourceName(name)] = q
+		}
+		wl.Spec.PodSets = append(wl.Spec.PodSets, v1alpha1.PodSet{
+			Name:  ps.GetName(),
+			Count: ps.GetCount(),
+			Template: v1alpha1.PodSetTemplate{
+				RoleHash:     ps.GetRoleHash(),
+				Labels:       cloneMap(ps.GetLabels()),
+				Annotations:  cloneMap(ps.GetAnnotations()),
+				Requests:     requests,
+				NodeSelector: cloneMap(ps.GetNodeSelector()),
+				Tolerations:  podset.TolerationsFromProto(ps.GetTolerations()),
+			},
+		})
+	}
+	for i, o := range p.GetOwners() {
+		if o.GetName() == "" || o.GetUid() == "" {
+			return nil, fmt.Errorf("workload.owners[%d]: name and uid are required", i)
+		}
+		controller := o.GetController()
+		blockOwnerDeletion := false
+		wl.OwnerReferences = append(wl.OwnerReferences, metav1.OwnerReference{
+			APIVersion:         "v1",
+			Kind:               "Pod",
+			Name:               o.GetName(),
+			UID:                types.UID(o.GetUid()),
+			Controller:         &controller,
+			BlockOwnerDeletion: &blockOwnerDeletion,
+		})
+	}
+	return wl, nil
+}
+
+func cloneMap(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	return maps.Clone(m)
+}
+
+// Ref is the sluice.v1 reference to wl.
+func Ref(wl *v1alpha1.Workload) *sluicev1.WorkloadRef {
+	return &sluicev1.WorkloadRef{Namespace: wl.Namespace, Name: wl.Name, Uid: string(wl.UID)}
+}
+
+// ToChecks builds the sluice.checks.v1 view of a reserved workload: each
+// pod set with the flavors of its assignment, and the flavors' node labels
+// and tolerations added to what the pods carry.
+func ToChecks(wl *v1alpha1.Workload, flavors map[string]*v1alpha1.ResourceFlavor) *checksv1.Workload {
+	out := &checksv1.Workload{
+		Namespace:         wl.Namespace,
+		Name:              wl.Name,
+		Uid:               string(wl.UID),
+		QueueName:         wl.Spec.QueueName,
+		PriorityClassName: wl.Spec.PriorityClassName,
+		CreateTime:        timestamppb.New(wl.CreationTimestamp.Time),
+	}
+	if wl.Spec.Priority != nil {
+		out.Priority = *wl.Spec.Priority
+	}
+	assignments := map[string]v1alpha1.PodSetAssignment{}
+	if wl.Status.Admission != nil {
+		out.ClusterQueue = wl.Status.Admission.ClusterQueue
+		for _, a := range wl.Status.Admission.PodSetAssignments {
+			assignments[a.Name] = a
+		}
+	}
+	for _, ps := range wl.Spec.PodSets {
+		p := &checksv1.PodSet{
+			Name:         ps.Name,
+			Count:        ps.Count,
+			Requests:     map[string]string{},
+			Flavors:      map[string]string{},
+			NodeSelector: maps.Clone(ps.Template.NodeSelector),
+			Labels:       maps.Clone(ps.Template.Labels),
+			Annotations:  maps.Clone(ps.Template.Annotations),
+		}
+		for res, q := range ps.Template.Requests {
+			p.Requests[string(res)] = q.String()
+		}
+		tolerations := slices.Clone(ps.Template.Tolerations)
+		a := assignments[ps.Name]
+		if a.Count != nil {
+			p.Count = *a.Count
+		}
+		var names []string
+		for res, f := range a.Flavors {
+			p.Flavors[string(res)] = f
+			names = append(names, f)
+		}
+		slices.Sort(names)
+		for _, name := range slices.Compact(names) {
+			f := flavors[name]
+			if f == nil {
+				continue
+			}
+			if len(f.Spec.NodeLabels) > 0 && p.NodeSelector == nil {
+				p.NodeSelector = map[string]string{}
+			}
+			for k, v := range f.Spec.NodeLabels {
+				if _, ok := p.NodeSelector[k]; !ok {
+					p.NodeSelector[k] = v
+				}
+			}
+			tolerations = append(tolerations, podset.MissingTolerations(tolerations, f.Spec.Tolerations)...)
+		}
+		for _, t := range tolerations {
+			p.Tolerations = append(p.Tolerations, TolerationToChecks(t))
+		}
+		out.PodSets = append(out.PodSets, p)
+	}
+	return out
+}
+
+// TolerationToChecks converts a toleration to the vendor contract's form.
+func TolerationToChecks(t corev1.Toleration) *checksv1.Toleration {
+	out := &checksv1.Toleration{Key: t.Key, Value: t.Value}
+	switch t.Operator {
+	case corev1.TolerationOpExists:
+		out.Operator = checksv1.TolerationOperator_TOLERATION_OPERATOR_EXISTS
+	case corev1.TolerationOpEqual:
+		out.Operator = checksv1.TolerationOperator_TOLERATION_OPERATOR_EQUAL
+	}
+	switch t.Effect {
+	case corev1.TaintEffectNoSchedule:
+		out.Effect = checksv1.TaintEffect_TAINT_EFFECT_NO_SCHEDULE
+	case corev1.TaintEffectPreferNoSchedule:
+		out.Effect = checksv1.TaintEffect_TAINT_EFFECT_PREFER_NO_SCHEDULE
+	case corev1.TaintEffectNoExecute:
+		out.Effect = checksv1.TaintEffect_TAINT_EFFECT_NO_EXECUTE
+	}
+	if t.TolerationSeconds != nil {
+		s := *t.TolerationSeconds
+		out.TolerationSeconds = &s
+	}
+	return out
+}
+
+// TolerationFromChecks converts a provider's toleration to Kubernetes' form.
+func TolerationFromChecks(p *checksv1.Toleration) corev1.Toleration {
+	t := corev1.Toleration{Key: p.GetKey(), Value: p.GetValue()}
+	switch p.GetOperator() {
+	case checksv1.TolerationOperator_TOLERATION_OPERATOR_EXISTS:
+		t.Operator = corev1.TolerationOpExists
+	default:
+		t.Operator = corev1.TolerationOpEqual
+	}
+	switch p.GetEffect() {
+	case checksv1.TaintEffect_TAINT_EFFECT_NO_SCHEDULE:
+		t.Effect = corev1.TaintEffectNoSchedule
+	case checksv1.TaintEffect_TAINT_EFFECT_PREFER_NO_SCHEDULE:
+		t.Effect = corev1.TaintEffectPreferNoSchedule
+	case checksv1.TaintEffect_TAINT_EFFECT_NO_EXECUTE:
+		t.Effect = corev1.TaintEffectNoExecute
+	}
+	if p.TolerationSeconds != nil {
+		s := p.GetTolerationSeconds()
+		t.TolerationSeconds = &s
+	}
+	return t
+}
+
+// UpdatesFromChecks converts a provider's pod set updates.
+func UpdatesFromChecks(ups []*checksv1.PodSetUpdate) []v1alpha1.PodSetUpdate {
+	if len(ups) == 0 {
+		return nil
+	}
+	out := make([]v1alpha1.PodSetUpdate, 0, len(ups))
+	for _, u := range ups {
+		psu := v1alpha1.PodSetUpdate{
+			Name:         u.GetName(),
+			Labels:       cloneMap(u.GetLabels()),
+			Annotations:  cloneMap(u.GetAnnotations()),
+			NodeSelector: cloneMap(u.GetNodeSelector()),
+		}
+		for _, t := range u.GetTolerations() {
+			psu.Tolerations = append(psu.Tolerations, TolerationFromChecks(t))
+		}
+		out = append(out, psu)
+	}
+	return out
+}

@@ -1,0 +1,108 @@
+package workload
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	sluicev1 "github.com/sluice-dev/sluice/gen/sluice/v1"
+	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
+)
+
+func validProto() *sluicev1.Workload {
+	return &sluicev1.Workload{
+		Ref:       &sluicev1.WorkloadRef{Namespace: "ns", Name: "pod-a-12345"},
+		QueueName: "lq",
+		Priority:  5,
+		PodSets: []*sluicev1.PodSet{{
+			Name: "main", Count: 2, RoleHash: "h",
+			Requests:    map[string]string{"cpu": "500m", "memory": "1Gi"},
+			Tolerations: []*sluicev1.Toleration{{Key: "k", Operator: "Exists"}},
+		}},
+		Owners: []*sluicev1.OwnerReference{{Name: "a", Uid: "u1", Controller: true}},
+	}
+}
+
+func TestFromProto(t *testing.T) {
+	tests := []struct {
+		name    string
+		mutate  func(*sluicev1.Workload)
+		wantErr string
+	}{
+		{name: "valid"},
+		{name: "bad namespace", mutate: func(w *sluicev1.Workload) { w.Ref.Namespace = "Bad_NS" }, wantErr: "workload.ref.namespace"},
+		{name: "no name", mutate: func(w *sluicev1.Workload) { w.Ref.Name = "" }, wantErr: "workload.ref.name"},
+		{name: "no queue", mutate: func(w *sluicev1.Workload) { w.QueueName = "" }, wantErr: "workload.queue_name"},
+		{name: "no pod sets", mutate: func(w *sluicev1.Workload) { w.PodSets = nil }, wantErr: "workload.pod_sets: must have between 1 and 18"},
+		{name: "zero count", mutate: func(w *sluicev1.Workload) { w.PodSets[0].Count = 0 }, wantErr: "workload.pod_sets[0].count"},
+		{name: "bad quantity", mutate: func(w *sluicev1.Workload) { w.PodSets[0].Requests["cpu"] = "x" }, wantErr: `workload.pod_sets[0].requests["cpu"]`},
+		{name: "negative quantity", mutate: func(w *sluicev1.Workload) { w.PodSets[0].Requests["cpu"] = "-1" }, wantErr: "must not be negative"},
+		{name: "duplicate pod set", mutate: func(w *sluicev1.Workload) { w.PodSets = append(w.PodSets, w.PodSets[0]) }, wantErr: "must be unique"},
+		{name: "owner without uid", mutate: func(w *sluicev1.Workload) { w.Owners[0].Uid = "" }, wantErr: "workload.owners[0]"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := validProto()
+			if tc.mutate != nil {
+				tc.mutate(p)
+			}
+			wl, err := FromProto(p)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want it to contain %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			cpu := wl.Spec.PodSets[0].Template.Requests[corev1.ResourceCPU]
+			if wl.Namespace != "ns" || *wl.Spec.Priority != 5 || cpu.String() != "500m" ||
+				wl.Spec.PodSets[0].Template.Tolerations[0].Operator != corev1.TolerationOpExists {
+				t.Fatalf("workload = %+v", wl)
+			}
+			o := wl.OwnerReferences[0]
+			if o.APIVersion != "v1" || o.Kind != "Pod" || !*o.Controller || *o.BlockOwnerDeletion {
+				t.Fatalf("owner = %+v", o)
+			}
+		})
+	}
+}
+
+func TestTolerationRoundTrip(t *testing.T) {
+	secs := int64(30)
+	for _, tol := range []corev1.Toleration{
+		{Key: "a", Operator: corev1.TolerationOpEqual, Value: "b", Effect: corev1.TaintEffectNoSchedule},
+		{Key: "a", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: &secs},
+		{Key: "a", Operator: corev1.TolerationOpEqual, Value: "b", Effect: corev1.TaintEffectPreferNoSchedule},
+	} {
+		got := TolerationFromChecks(TolerationToChecks(tol))
+		if got.Key != tol.Key || got.Operator != tol.Operator || got.Value != tol.Value || got.Effect != tol.Effect ||
+			(tol.TolerationSeconds != nil && *got.TolerationSeconds != *tol.TolerationSeconds) {
+			t.Errorf("round trip of %+v gave %+v", tol, got)
+		}
+	}
+}
+
+func TestToChecksAddsFlavorLabels(t *testing.T) {
+	wl, err := FromProto(validProto())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl.Status.Admission = &v1alpha1.Admission{ClusterQueue: "cq", ReservationID: "r", PodSetAssignments: []v1alpha1.PodSetAssignment{{
+		Name: "main", Flavors: map[corev1.ResourceName]string{"cpu": "f", "memory": "f"},
+	}}}
+	flavor := &v1alpha1.ResourceFlavor{Spec: v1alpha1.ResourceFlavorSpec{
+		NodeLabels:  map[string]string{"pool": "x"},
+		Tolerations: []corev1.Toleration{{Key: "k", Operator: corev1.TolerationOpExists}, {Key: "spot", Operator: corev1.TolerationOpExists}},
+	}}
+	got := ToChecks(wl, map[string]*v1alpha1.ResourceFlavor{"f": flavor})
+	ps := got.GetPodSets()[0]
+	if got.GetClusterQueue() != "cq" || ps.GetFlavors()["cpu"] != "f" || ps.GetNodeSelector()["pool"] != "x" || ps.GetRequests()["memory"] != "1Gi" {
+		t.Fatalf("ToChecks = %v", got)
+	}
+	if len(ps.GetTolerations()) != 2 {
+		t.Fatalf("tolerations %v, want the pods' one plus the flavor's new one", ps.GetTolerations())
+	}
+}

@@ -1,0 +1,90 @@
+// Package workload answers questions about a Workload's state (reserved,
+// admitted, finished, ...) and converts it between the API types and the
+// sluice.v1 and sluice.checks.v1 messages the admitter speaks.
+package workload
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
+)
+
+// Key names a workload in the admitter's maps.
+func Key(wl *v1alpha1.Workload) types.NamespacedName {
+	return types.NamespacedName{Namespace: wl.Namespace, Name: wl.Name}
+}
+
+// HasReservation reports whether the workload holds quota.
+func HasReservation(wl *v1alpha1.Workload) bool { return wl.Status.Admission != nil }
+
+// IsAdmitted reports whether the workload's Admitted condition is True.
+func IsAdmitted(wl *v1alpha1.Workload) bool {
+	return meta.IsStatusConditionTrue(wl.Status.Conditions, v1alpha1.WorkloadAdmitted)
+}
+
+// IsFinished reports whether the workload's Finished condition is True.
+func IsFinished(wl *v1alpha1.Workload) bool {
+	return meta.IsStatusConditionTrue(wl.Status.Conditions, v1alpha1.WorkloadFinished)
+}
+
+// IsActive reports whether spec.active is unset or true.
+func IsActive(wl *v1alpha1.Workload) bool { return wl.Spec.Active == nil || *wl.Spec.Active }
+
+// IsPending reports whether the workload waits for quota: active, not
+// finished, no reservation.
+func IsPending(wl *v1alpha1.Workload) bool {
+	return IsActive(wl) && !IsFinished(wl) && !HasReservation(wl)
+}
+
+// InCheckPhase reports whether the workload holds quota and waits for its
+// admission checks.
+func InCheckPhase(wl *v1alpha1.Workload) bool {
+	return HasReservation(wl) && !IsAdmitted(wl) && !IsFinished(wl)
+}
+
+// EvaluationKey is the key providers see for the workload's current
+// reservation: "<uid>/<reservationID>"; empty without a reservation.
+func EvaluationKey(wl *v1alpha1.Workload) string {
+	if wl.Status.Admission == nil {
+		return ""
+	}
+	return string(wl.UID) + "/" + wl.Status.Admission.ReservationID
+}
+
+// NewReservationID returns a fresh random reservation id.
+func NewReservationID() string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("read random reservation id: %v", err))
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// Condition returns the condition of type t, or nil.
+func Condition(wl *v1alpha1.Workload, t string) *metav1.Condition {
+	return meta.FindStatusCondition(wl.Status.Conditions, t)
+}
+
+// SetCondition sets a condition on conds, keeping its transition time when
+// the status does not change. It reports whether anything changed.
+func SetCondition(conds *[]metav1.Condition, t string, status metav1.ConditionStatus, reason, message string, generation int64) bool {
+	return meta.SetStatusCondition(conds, metav1.Condition{
+		Type: t, Status: status, Reason: reason, Message: message, ObservedGeneration: generation,
+	})
+}
+
+// CheckState returns the state entry of the named check, or nil.
+func CheckState(wl *v1alpha1.Workload, name string) *v1alpha1.AdmissionCheckState {
+	for i := range wl.Status.AdmissionChecks {
+		if wl.Status.AdmissionChecks[i].Name == name {
+			return &wl.Status.AdmissionChecks[i]
+		}
+	}
+	return nil
+}

@@ -1,0 +1,97 @@
+// Command admitter is sluice's admitter: it owns the queues and the quota,
+// reserves quota for Workloads in batched scheduling cycles, asks the
+// admission checks their ClusterQueue names, admits the workloads once
+// every check is Ready, and streams its decisions to the grouper over
+// sluice.admitter.v1. It is the only writer of Workload objects; one
+// replica leads (Lease) and the others stand by.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/sluice-dev/sluice/pkg/kube"
+	"github.com/sluice-dev/sluice/pkg/serve"
+	"github.com/sluice-dev/sluice/pkg/telemetry"
+	"github.com/sluice-dev/sluice/services/admitter/app"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+const serviceName = "sluice-admitter"
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", serviceName, err)
+		os.Exit(1)
+	}
+}
+
+// inCluster reports whether the process runs in a Pod.
+func inCluster() bool { return os.Getenv("KUBERNETES_SERVICE_HOST") != "" }
+
+func run() error {
+	fs := flag.CommandLine
+	sf := serve.BindFlags(fs)
+	if f := fs.Lookup("http-addr"); f != nil {
+		f.DefValue = app.DefaultHTTPAddr
+		if err := f.Value.Set(app.DefaultHTTPAddr); err != nil {
+			return err
+		}
+	}
+	kf := kube.BindClientFlags(fs)
+	var cfg app.Config
+	var namespace string
+	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", app.DefaultGRPCAddr, "address AdmitterService (gRPC) listens on")
+	fs.StringVar(&namespace, "namespace", app.DefaultNamespace, "namespace sluice runs in (holds the leader Lease)")
+	fs.BoolVar(&cfg.LeaderElect, "leader-elect", inCluster(), "run only while holding the leader Lease (default true in a cluster); standbys serve NOT_SERVING health")
+	fs.StringVar(&cfg.LeaseNamespace, "lease-namespace", "", "namespace of the leader Lease (default: --namespace)")
+	fs.StringVar(&cfg.LeaseName, "lease-name", app.DefaultLeaseName, "name of the leader Lease")
+	fs.DurationVar(&cfg.ProbeInterval, "probe-interval", 30*time.Second, "how often admission-check providers are probed for the AdmissionCheck Active condition")
+	fs.DurationVar(&cfg.StatusInterval, "queue-status-interval", time.Second, "least time between two status writes of one ClusterQueue or LocalQueue")
+	fs.IntVar(&cfg.WriteConcurrency, "write-concurrency", 32, "concurrent Workload writes of one scheduling cycle")
+	fs.IntVar(&cfg.CheckWorkers, "check-workers", 16, "workloads whose admission checks are evaluated at once")
+	flag.Parse()
+	if cfg.LeaseNamespace == "" {
+		cfg.LeaseNamespace = namespace
+	}
+
+	log, err := sf.NewLogger(os.Stderr)
+	if err != nil {
+		return err
+	}
+	ctrl.SetLogger(log)
+	ctx, stop := serve.SignalContext()
+	defer stop()
+
+	shutdown, err := telemetry.Setup(ctx, serviceName, version)
+	if err != nil {
+		return fmt.Errorf("set up tracing: %w", err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := shutdown(sctx); err != nil {
+			log.Error(err, "flush traces")
+		}
+	}()
+
+	cfg.REST, err = kf.RESTConfig(serviceName + "/" + version)
+	if err != nil {
+		return err
+	}
+	cfg.HTTPAddr = sf.HTTPAddr
+	log.Info("starting", "version", version, "grpcAddr", cfg.GRPCAddr, "httpAddr", cfg.HTTPAddr,
+		"leaderElect", cfg.LeaderElect, "lease", cfg.LeaseNamespace+"/"+cfg.LeaseName)
+	if err := app.Run(ctx, log, cfg); err != nil {
+		return err
+	}
+	log.Info("stopped")
+	return nil
+}
