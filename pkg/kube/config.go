@@ -18,8 +18,8 @@ import (
 // before the API server does. Overload protection belongs to the API
 // server's Priority and Fairness level for sluice's ServiceAccounts.
 const (
-	DefaultQPS   = 200
-	DefaultBurst = 400
+	DefaultQPS   = 1000
+	DefaultBurst = 2000
 )
 
 const kubeconfigFlag = "kubeconfig"
