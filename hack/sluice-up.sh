@@ -68,11 +68,11 @@ echo "sluice is up."
 if ${demo}; then
 	# One fake node becomes the "batch" pool: labelled and tainted, so only
 	# pods that carry the nodepool check's updates can land there.
-	node="$("${kubectl}" get nodes -o name | head -n 1)"
-	"${kubectl}" label --overwrite "${node}" pool=batch >/dev/null
-	"${kubectl}" taint --overwrite "${node}" pool=batch:NoSchedule >/dev/null
+	node="$("${kubectl}" get nodes -o jsonpath='{.items[0].metadata.name}')"
+	"${kubectl}" label nodes --overwrite "${node}" pool=batch >/dev/null
+	"${kubectl}" taint nodes --overwrite "${node}" pool=batch:NoSchedule >/dev/null
 	"${kubectl}" apply -f deploy/samples/story1-queues.yaml >/dev/null
-	echo "applied deploy/samples/story1-queues.yaml; ${node#node/} is the batch pool (label pool=batch, taint pool=batch:NoSchedule)"
+	echo "applied deploy/samples/story1-queues.yaml; ${node} is the batch pool (label pool=batch, taint pool=batch:NoSchedule)"
 	"${root}/bin/sluice-demo" --kubeconfig "${KUBECONFIG}" --samples "${root}/deploy/samples"
 fi
 

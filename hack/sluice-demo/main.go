@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -53,7 +54,7 @@ func run(ctx context.Context, kubeconfig, podFile string) error {
 	if err := sluicev1alpha1.AddToScheme(scheme); err != nil {
 		return err
 	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return fmt.Errorf("creating client: %w", err)
 	}
@@ -72,26 +73,58 @@ func run(ctx context.Context, kubeconfig, podFile string) error {
 	}
 	fmt.Printf("\ncreated pod %s/%s in queue %q\n", pod.Namespace, pod.Name, pod.Labels[podkeys.QueueNameLabel])
 
-	p := &progress{start: start, seen: map[string]bool{}}
+	p := &progress{start: start, seen: map[string]bool{}, initialTolerations: pod.Spec.Tolerations}
+	return p.follow(ctx, c, pod)
+}
+
+// follow watches the pod and the Workloads of its namespace and prints each
+// step as it happens, until the pod has finished and its quota is released.
+func (p *progress) follow(ctx context.Context, c client.WithWatch, pod *corev1.Pod) error {
+	pods, err := c.Watch(ctx, &corev1.PodList{}, client.InNamespace(pod.Namespace),
+		client.MatchingFields{"metadata.name": pod.Name})
+	if err != nil {
+		return fmt.Errorf("watching pod: %w", err)
+	}
+	defer pods.Stop()
+	workloads, err := c.Watch(ctx, &sluicev1alpha1.WorkloadList{}, client.InNamespace(pod.Namespace))
+	if err != nil {
+		return fmt.Errorf("watching workloads: %w", err)
+	}
+	defer workloads.Stop()
+
+	var wl *sluicev1alpha1.Workload
 	for {
-		var cur corev1.Pod
-		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), &cur); err != nil {
-			return fmt.Errorf("reading pod: %w", err)
-		}
-		wl, err := workloadOf(ctx, c, &cur)
-		if err != nil {
-			return err
-		}
-		p.observe(&cur, wl)
-		if cur.Status.Phase == corev1.PodSucceeded || cur.Status.Phase == corev1.PodFailed {
-			return p.awaitRelease(ctx, c, wl)
-		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("pod %s did not finish in time (phase %s); see .local/logs/", cur.Name, cur.Status.Phase)
-		case <-time.After(100 * time.Millisecond):
+			return fmt.Errorf("pod %s did not finish in time; see .local/logs/", pod.Name)
+		case ev, ok := <-pods.ResultChan():
+			if !ok {
+				return fmt.Errorf("pod watch closed")
+			}
+			cur, isPod := ev.Object.(*corev1.Pod)
+			if !isPod || cur.UID != pod.UID {
+				continue
+			}
+			p.observePod(cur)
+			if cur.Status.Phase == corev1.PodSucceeded || cur.Status.Phase == corev1.PodFailed {
+				return p.awaitRelease(ctx, c, wl)
+			}
+		case ev, ok := <-workloads.ResultChan():
+			if !ok {
+				return fmt.Errorf("workload watch closed")
+			}
+			w, isWl := ev.Object.(*sluicev1alpha1.Workload)
+			if !isWl || !ownedBy(w, pod) {
+				continue
+			}
+			wl = w
+			p.observeWorkload(w)
 		}
 	}
+}
+
+func ownedBy(wl *sluicev1alpha1.Workload, pod *corev1.Pod) bool {
+	return slices.ContainsFunc(wl.OwnerReferences, func(o metav1.OwnerReference) bool { return o.UID == pod.UID })
 }
 
 func readPod(path string) (*corev1.Pod, error) {
@@ -132,26 +165,15 @@ func deletePod(ctx context.Context, c client.Client, pod *corev1.Pod) error {
 	}
 }
 
-// workloadOf finds the Workload the pod controls, if it exists yet.
-func workloadOf(ctx context.Context, c client.Client, pod *corev1.Pod) (*sluicev1alpha1.Workload, error) {
-	var list sluicev1alpha1.WorkloadList
-	if err := c.List(ctx, &list, client.InNamespace(pod.Namespace)); err != nil {
-		return nil, fmt.Errorf("listing workloads: %w", err)
-	}
-	for i := range list.Items {
-		for _, o := range list.Items[i].OwnerReferences {
-			if o.UID == pod.UID {
-				return &list.Items[i], nil
-			}
-		}
-	}
-	return nil, nil
-}
-
 // progress prints each step once, with the time since the pod was created.
 type progress struct {
 	start time.Time
 	seen  map[string]bool
+	// initialTolerations are the pod's own, so that the demo shows only
+	// what admission added.
+	initialTolerations []corev1.Toleration
+	// clusterQueue is where quota was reserved.
+	clusterQueue string
 }
 
 func (p *progress) step(key, format string, args ...any) {
@@ -162,16 +184,12 @@ func (p *progress) step(key, format string, args ...any) {
 	fmt.Printf("  %6.2fs  %s\n", time.Since(p.start).Seconds(), fmt.Sprintf(format, args...))
 }
 
-func (p *progress) observe(pod *corev1.Pod, wl *sluicev1alpha1.Workload) {
-	if gated(pod) {
-		p.step("gated", "gated by the webhook: gate %s, label %s=%s, finalizer %s, role hash %s",
-			podkeys.AdmissionGate, podkeys.ManagedLabel, pod.Labels[podkeys.ManagedLabel],
-			podkeys.ManagedFinalizer, pod.Annotations[podkeys.RoleHashAnnotation])
-	}
-	if wl != nil {
+func (p *progress) observeWorkload(wl *sluicev1alpha1.Workload) {
+	{
 		p.step("workload", "queued as Workload %s in LocalQueue %s", wl.Name, wl.Spec.QueueName)
 		if c := meta.FindStatusCondition(wl.Status.Conditions, sluicev1alpha1.WorkloadQuotaReserved); c != nil {
 			if c.Status == "True" && wl.Status.Admission != nil {
+				p.clusterQueue = wl.Status.Admission.ClusterQueue
 				p.step("reserved", "quota reserved in ClusterQueue %s (flavors %s)",
 					wl.Status.Admission.ClusterQueue, flavors(wl.Status.Admission))
 			} else if c.Status == "False" {
@@ -185,9 +203,18 @@ func (p *progress) observe(pod *corev1.Pod, wl *sluicev1alpha1.Workload) {
 			p.step("admitted", "admitted")
 		}
 	}
+}
+
+func (p *progress) observePod(pod *corev1.Pod) {
+	if gated(pod) {
+		p.step("gated", "gated by the webhook: gate %s, label %s=%s, finalizer %s, role hash %s",
+			podkeys.AdmissionGate, podkeys.ManagedLabel, pod.Labels[podkeys.ManagedLabel],
+			podkeys.ManagedFinalizer, pod.Annotations[podkeys.RoleHashAnnotation])
+	}
 	if !gated(pod) && p.seen["gated"] {
-		p.step("ungated", "ungated by the grouper with nodeSelector %v and tolerations %s",
-			pod.Spec.NodeSelector, tolerations(pod.Spec.Tolerations))
+		p.step("ungated", "ungated by the grouper with nodeSelector %v, tolerations added %s, label %s=%s",
+			pod.Spec.NodeSelector, tolerations(added(p.initialTolerations, pod.Spec.Tolerations)),
+			podkeys.PodSetLabel, pod.Labels[podkeys.PodSetLabel])
 	}
 	if pod.Spec.NodeName != "" {
 		p.step("scheduled", "scheduled by kube-scheduler onto node %s", pod.Spec.NodeName)
@@ -214,12 +241,13 @@ func (p *progress) awaitRelease(ctx context.Context, c client.Client, wl *sluice
 			return fmt.Errorf("reading workload: %w", err)
 		}
 		if cond := meta.FindStatusCondition(cur.Status.Conditions, sluicev1alpha1.WorkloadFinished); cond != nil && cond.Status == "True" {
-			p.step("finished", "workload finished (%s); quota released", cond.Reason)
+			p.step("finished", "workload finished (%s)", cond.Reason)
 			var cq sluicev1alpha1.ClusterQueue
-			if wl.Status.Admission != nil && c.Get(ctx, client.ObjectKey{Name: wl.Status.Admission.ClusterQueue}, &cq) == nil {
-				fmt.Printf("  ClusterQueue %s now reserves %d workloads\n", cq.Name, cq.Status.ReservingWorkloads)
+			if c.Get(ctx, client.ObjectKey{Name: p.clusterQueue}, &cq) == nil &&
+				cq.Status.ReservingWorkloads == 0 {
+				p.step("released", "quota released: ClusterQueue %s reserves %s", cq.Name, usage(&cq))
+				return nil
 			}
-			return nil
 		}
 		select {
 		case <-ctx.Done():
@@ -243,6 +271,30 @@ func flavors(a *sluicev1alpha1.Admission) string {
 		}
 	}
 	slices.Sort(out)
+	return strings.Join(out, ", ")
+}
+
+// added returns the tolerations of after that before did not have.
+func added(before, after []corev1.Toleration) []corev1.Toleration {
+	var out []corev1.Toleration
+	for _, t := range after {
+		if !slices.ContainsFunc(before, func(b corev1.Toleration) bool { return b.MatchToleration(&t) }) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func usage(cq *sluicev1alpha1.ClusterQueue) string {
+	var out []string
+	for _, f := range cq.Status.FlavorsReservation {
+		for _, r := range f.Resources {
+			out = append(out, fmt.Sprintf("%s %s=%s", f.Name, r.Name, r.Total.String()))
+		}
+	}
+	if len(out) == 0 {
+		return "nothing"
+	}
 	return strings.Join(out, ", ")
 }
 
