@@ -28,14 +28,17 @@ type LocalQueueStatus struct {
 
 	// pendingWorkloads is the number of workloads waiting for quota.
 	// +optional
+	// +kubebuilder:default=0
 	PendingWorkloads int32 `json:"pendingWorkloads"`
 
 	// reservingWorkloads is the number of workloads holding quota.
 	// +optional
+	// +kubebuilder:default=0
 	ReservingWorkloads int32 `json:"reservingWorkloads"`
 
 	// admittedWorkloads is the number of admitted workloads.
 	// +optional
+	// +kubebuilder:default=0
 	AdmittedWorkloads int32 `json:"admittedWorkloads"`
 }
 

@@ -301,7 +301,7 @@ const (
 // +kubebuilder:printcolumn:name="Reserved in",type=string,JSONPath=`.status.admission.clusterQueue`
 // +kubebuilder:printcolumn:name="Admitted",type=string,JSONPath=`.status.conditions[?(@.type=="Admitted")].status`
 // +kubebuilder:printcolumn:name="Finished",type=string,JSONPath=`.status.conditions[?(@.type=="Finished")].reason`
-// +kubebuilder:printcolumn:name="Waiting for",type=string,JSONPath=`.status.conditions[?(@.type=="QuotaReserved")].message`,priority=1
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="QuotaReserved")].message`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
 // Workload is a unit of admission: a single pod or a group of pods that is
