@@ -94,7 +94,6 @@ type AdmissionCheckStrategyRule struct {
 type ResourceGroup struct {
 	// coveredResources are the resources this group gives quota for.
 	// +listType=set
-	// +kubebuilder:validation:items:MaxLength=253
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=16
 	CoveredResources []corev1.ResourceName `json:"coveredResources"`
@@ -125,7 +124,6 @@ type FlavorQuotas struct {
 // ResourceQuota is the quota of one resource in one flavor.
 type ResourceQuota struct {
 	// name of the resource, such as cpu or memory.
-	// +kubebuilder:validation:MaxLength=253
 	Name corev1.ResourceName `json:"name"`
 
 	// nominalQuota is how much of the resource admitted workloads may use
