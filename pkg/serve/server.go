@@ -143,5 +143,10 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 // sends to stop a pod) or SIGINT. Call the CancelFunc once the context is
 // done so that a second signal kills the process at once.
 func SignalContext() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	return signalContext(context.Background())
+}
+
+// signalContext is SignalContext with a parent.
+func signalContext(parent context.Context) (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(parent, syscall.SIGTERM, os.Interrupt)
 }

@@ -19,12 +19,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
 	"github.com/sluice-dev/sluice/pkg/serve"
-	"github.com/sluice-dev/sluice/pkg/telemetry"
 	"github.com/sluice-dev/sluice/services/checks/providers/nodepool"
 	"github.com/sluice-dev/sluice/services/checks/sdk"
 )
@@ -39,10 +39,7 @@ const (
 )
 
 func main() {
-	ctx, stop := serve.SignalContext()
-	err := run(ctx, os.Args[1:], os.Stderr, nil)
-	stop()
-	if err != nil {
+	if err := run(context.Background(), os.Args[1:], os.Stderr, nil); err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", serviceName, err)
 		os.Exit(1)
 	}
@@ -68,28 +65,20 @@ func run(ctx context.Context, args []string, logOut io.Writer, onListen listenin
 		return err
 	}
 
-	log, err := sf.NewLogger(logOut)
-	if err != nil {
-		return err
-	}
-	shutdown, err := telemetry.Setup(ctx, serviceName, version)
-	if err != nil {
-		return fmt.Errorf("set up tracing: %w", err)
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := shutdown(sctx); err != nil {
-			log.Error(err, "flush traces")
-		}
-	}()
+	return serve.Main(ctx, logOut, serviceName, version, sf, func(ctx context.Context, log logr.Logger) error {
+		return serveChecks(ctx, log, sf.HTTPAddr, *grpcAddr, *shutdownTimeout, onListen)
+	})
+}
 
+// serveChecks serves the built-in providers over gRPC and the probes and
+// metrics over HTTP until ctx ends.
+func serveChecks(ctx context.Context, log logr.Logger, httpAddr, grpcAddr string, shutdownTimeout time.Duration, onListen listening) error {
 	reg := serve.NewRegistry()
 	metrics := grpcprom.NewServerMetrics()
 	reg.MustRegister(metrics)
 	srv, err := sdk.NewServer(nodepool.Info(version), nodepool.Checker{},
 		sdk.WithLogger(log),
-		sdk.WithShutdownTimeout(*shutdownTimeout),
+		sdk.WithShutdownTimeout(shutdownTimeout),
 		sdk.WithServerOptions(grpc.ChainUnaryInterceptor(metrics.UnaryServerInterceptor())),
 	)
 	if err != nil {
@@ -97,11 +86,11 @@ func run(ctx context.Context, args []string, logOut io.Writer, onListen listenin
 	}
 	metrics.InitializeMetrics(srv.GRPCServer())
 
-	grpcLis, err := net.Listen("tcp", *grpcAddr)
+	grpcLis, err := net.Listen("tcp", grpcAddr)
 	if err != nil {
 		return fmt.Errorf("--grpc-addr: %w", err)
 	}
-	httpLis, err := net.Listen("tcp", sf.HTTPAddr)
+	httpLis, err := net.Listen("tcp", httpAddr)
 	if err != nil {
 		grpcLis.Close()
 		return fmt.Errorf("--http-addr: %w", err)
@@ -127,9 +116,5 @@ func run(ctx context.Context, args []string, logOut io.Writer, onListen listenin
 	if onListen != nil {
 		onListen(grpcLis.Addr(), httpLis.Addr())
 	}
-	if err := g.Wait(); err != nil {
-		return err
-	}
-	log.Info("stopped")
-	return nil
+	return g.Wait()
 }

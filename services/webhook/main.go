@@ -15,11 +15,11 @@ import (
 	"os"
 	"time"
 
+	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/sluice-dev/sluice/pkg/kube"
 	"github.com/sluice-dev/sluice/pkg/serve"
-	"github.com/sluice-dev/sluice/pkg/telemetry"
 	"github.com/sluice-dev/sluice/services/webhook/internal/app"
 )
 
@@ -52,35 +52,14 @@ func run() error {
 	fs.DurationVar(&cfg.ShutdownDelay, "shutdown-delay", 5*time.Second, "keep serving, not ready, this long after SIGTERM before stopping")
 	flag.Parse()
 
-	log, err := sf.NewLogger(os.Stderr)
-	if err != nil {
-		return err
-	}
-	ctrl.SetLogger(log)
-	ctx, stop := serve.SignalContext()
-	defer stop()
-
-	shutdown, err := telemetry.Setup(ctx, serviceName, version)
-	if err != nil {
-		return fmt.Errorf("set up tracing: %w", err)
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := shutdown(sctx); err != nil {
-			log.Error(err, "flush traces")
+	return serve.Main(context.Background(), os.Stderr, serviceName, version, sf, func(ctx context.Context, log logr.Logger) error {
+		ctrl.SetLogger(log)
+		var err error
+		if cfg.REST, err = kf.RESTConfig(serviceName + "/" + version); err != nil {
+			return err
 		}
-	}()
-
-	cfg.REST, err = kf.RESTConfig(serviceName + "/" + version)
-	if err != nil {
-		return err
-	}
-	cfg.HTTPAddr = sf.HTTPAddr
-	log.Info("starting", "version", version, "selfRegister", cfg.SelfRegister, "webhookPort", cfg.WebhookPort)
-	if err := app.Run(ctx, log, cfg); err != nil {
-		return err
-	}
-	log.Info("stopped")
-	return nil
+		cfg.HTTPAddr = sf.HTTPAddr
+		log.Info("starting", "version", version, "selfRegister", cfg.SelfRegister, "webhookPort", cfg.WebhookPort)
+		return app.Run(ctx, log, cfg)
+	})
 }

@@ -20,6 +20,9 @@ import (
 // SystemNamespace is where sluice's own objects (the admitter's Lease) live.
 const SystemNamespace = "sluice-system"
 
+// stopGrace is how long Sluice.Stop lets each service shut down.
+const stopGrace = 20 * time.Second
+
 // Options tune a Sluice.
 type Options struct {
 	// BinDir holds prebuilt service binaries; empty builds them into a
@@ -54,42 +57,31 @@ func Start(ctx context.Context, env *testenv.Env, opts Options) (*Sluice, error)
 	if err := os.MkdirAll(logDir(env), 0o755); err != nil {
 		return nil, fmt.Errorf("creating log dir: %w", err)
 	}
-	sp := testenv.NewSpawner(false)
 	s := &Sluice{env: env}
-	var err error
-	newSvc := func(name string, withGRPC bool) *Service {
-		if err != nil {
-			return nil
+	var admitterHTTP, admitterGRPC, checksHTTP, checksGRPC, grouperHTTP, webhookHTTP, webhookAddr string
+	for _, addr := range []*string{&admitterHTTP, &admitterGRPC, &checksHTTP, &checksGRPC, &grouperHTTP, &webhookHTTP, &webhookAddr} {
+		var err error
+		if *addr, err = FreeAddr(); err != nil {
+			return nil, err
 		}
-		svc := &Service{Name: name, bin: filepath.Join(bin, name), sp: sp,
-			LogPath: filepath.Join(logDir(env), "sluice-"+name+".log")}
-		if svc.HTTPAddr, err = freeAddr(); err != nil {
-			return nil
-		}
-		if withGRPC {
-			svc.GRPCAddr, err = freeAddr()
-		}
-		return svc
-	}
-	s.Admitter = newSvc("admitter", true)
-	s.Checks = newSvc("checks", true)
-	s.Grouper = newSvc("grouper", false)
-	s.Webhook = newSvc("webhook", true) // its "gRPC" port is the HTTPS webhook port
-	if err != nil {
-		return nil, err
 	}
 	kc := env.Kubeconfig
-	s.Admitter.args = []string{"--kubeconfig", kc, "--http-addr", s.Admitter.HTTPAddr,
-		"--grpc-addr", s.Admitter.GRPCAddr, "--namespace", SystemNamespace, "--leader-elect=false"}
-	s.Checks.args = []string{"--http-addr", s.Checks.HTTPAddr, "--grpc-addr", s.Checks.GRPCAddr}
-	s.Grouper.args = []string{"--kubeconfig", kc, "--http-addr", s.Grouper.HTTPAddr,
-		"--admitter-addr", s.Admitter.GRPCAddr}
-	s.Webhook.args = []string{"--kubeconfig", kc, "--http-addr", s.Webhook.HTTPAddr,
-		"--webhook-port", portOf(s.Webhook.GRPCAddr), "--self-register", "--shutdown-delay", "0s",
-		"--cert-dir", filepath.Join(env.Dir, "webhook-certs")}
+	svc := func(name, httpAddr string, args ...string) *Service {
+		args = append(args, "--log-format", "text")
+		args = append(args, opts.Args[name]...)
+		return NewService(name, filepath.Join(bin, name), args, httpAddr,
+			filepath.Join(logDir(env), "sluice-"+name+".log"))
+	}
+	s.Admitter = svc("admitter", admitterHTTP, "--kubeconfig", kc, "--grpc-addr", admitterGRPC,
+		"--namespace", SystemNamespace, "--leader-elect=false")
+	s.Admitter.GRPCAddr = admitterGRPC
+	s.Checks = svc("checks", checksHTTP, "--grpc-addr", checksGRPC)
+	s.Checks.GRPCAddr = checksGRPC
+	s.Grouper = svc("grouper", grouperHTTP, "--kubeconfig", kc, "--admitter-addr", admitterGRPC)
+	s.Webhook = svc("webhook", webhookHTTP, "--kubeconfig", kc, "--webhook-port", portOf(webhookAddr),
+		"--self-register", "--shutdown-delay", "0s", "--cert-dir", filepath.Join(env.Dir, "webhook-certs"))
+	s.Webhook.GRPCAddr = webhookAddr // its "gRPC" address is the HTTPS webhook's
 	for _, svc := range s.All() {
-		svc.args = append(svc.args, "--log-format", "text")
-		svc.args = append(svc.args, opts.Args[svc.Name]...)
 		if err := svc.Start(); err != nil {
 			s.Stop()
 			return nil, err
@@ -118,7 +110,7 @@ func (s *Sluice) Stop() error {
 	all := s.All()
 	for i := len(all) - 1; i >= 0; i-- {
 		if all[i] != nil {
-			errs = append(errs, all[i].Stop(10*time.Second))
+			errs = append(errs, all[i].Stop(stopGrace))
 		}
 	}
 	return errors.Join(errs...)

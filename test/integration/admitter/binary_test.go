@@ -3,12 +3,8 @@ package admitter
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,82 +17,50 @@ import (
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 	"github.com/sluice-dev/sluice/pkg/rpc"
 	"github.com/sluice-dev/sluice/services/admitter/app"
-	"github.com/sluice-dev/sluice/test/testenv"
+	"github.com/sluice-dev/sluice/test/harness"
 )
 
-// admitterProcess is the admitter binary running as a child process.
-type admitterProcess struct {
-	cmd                *exec.Cmd
-	grpcAddr, httpAddr string
-	log                string
-	done               chan struct{}
-}
-
-func freeAddr(t *testing.T) string {
+// startProcess starts the admitter binary with leader election on a Lease
+// in leaseNS; it is killed when the test ends.
+func startProcess(t *testing.T, bin, leaseNS, name string) *harness.Service {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	grpcAddr, err := harness.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-func buildAdmitter(ctx context.Context, t *testing.T) string {
-	t.Helper()
-	root, err := testenv.ModuleRoot()
+	httpAddr, err := harness.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(t.TempDir(), "admitter")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./services/admitter")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build admitter: %v\n%s", err, out)
-	}
-	return bin
-}
-
-func startProcess(t *testing.T, bin, leaseNS, name string) *admitterProcess {
-	t.Helper()
-	p := &admitterProcess{grpcAddr: freeAddr(t), httpAddr: freeAddr(t), log: filepath.Join(t.TempDir(), name+".log"), done: make(chan struct{})}
-	logFile, err := os.Create(p.log)
-	if err != nil {
+	p := harness.NewService("admitter", bin, []string{"--kubeconfig", s.env.Kubeconfig, "--leader-elect=true",
+		"--namespace", leaseNS, "--grpc-addr", grpcAddr, "--log-format", "text"},
+		httpAddr, filepath.Join(t.TempDir(), name+".log"))
+	p.GRPCAddr = grpcAddr
+	if err := p.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p.cmd = exec.Command(bin, "--kubeconfig", s.env.Kubeconfig, "--leader-elect=true", "--namespace", leaseNS,
-		"--grpc-addr", p.grpcAddr, "--http-addr", p.httpAddr, "--log-format", "text")
-	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = p.cmd.Wait(); logFile.Close(); close(p.done) }()
 	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		<-p.done
+		if err := p.Kill(); err != nil {
+			t.Error(err)
+		}
 		if t.Failed() {
-			if b, err := os.ReadFile(p.log); err == nil {
-				t.Logf("%s log:\n%s", name, b)
-			}
+			t.Logf("%s log:\n%s", name, p.Tail(1000))
 		}
 	})
 	return p
 }
 
 // readyz returns the HTTP status of /readyz, or 0 when it cannot connect.
-func (p *admitterProcess) readyz(ctx context.Context) int {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.httpAddr+"/readyz", nil)
-	resp, err := http.DefaultClient.Do(req)
+func readyz(ctx context.Context, p *harness.Service) int {
+	_, code, err := p.Get(ctx, "/readyz")
 	if err != nil {
 		return 0
 	}
-	resp.Body.Close()
-	return resp.StatusCode
+	return code
 }
 
-func (p *admitterProcess) health(ctx context.Context, t *testing.T) healthpb.HealthCheckResponse_ServingStatus {
-	conn, err := rpc.Dial(p.grpcAddr, s.log)
+func health(ctx context.Context, t *testing.T, p *harness.Service) healthpb.HealthCheckResponse_ServingStatus {
+	conn, err := rpc.Dial(p.GRPCAddr, s.log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +82,10 @@ func TestBinaryLeaderElection(t *testing.T) {
 		t.Skip("builds and runs the admitter binary")
 	}
 	ctx := testContext(t)
-	bin := buildAdmitter(ctx, t)
+	bin, err := harness.BuildBinary(ctx, t.TempDir(), "./services/admitter")
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	// Only one admitter may write at a time: stop the in-process one for
 	// this test and bring it back after.
@@ -136,38 +103,33 @@ func TestBinaryLeaderElection(t *testing.T) {
 
 	first := startProcess(t, bin, leaseNS, "first")
 	waitFor(ctx, t, "first admitter ready", func() (bool, string) {
-		code := first.readyz(ctx)
+		code := readyz(ctx, first)
 		return code == http.StatusOK, fmt.Sprintf("/readyz %d", code)
 	})
-	if h := first.health(ctx, t); h != healthpb.HealthCheckResponse_SERVING {
+	if h := health(ctx, t, first); h != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("leader health %v, want SERVING", h)
 	}
 	second := startProcess(t, bin, leaseNS, "second")
 	waitFor(ctx, t, "second admitter up", func() (bool, string) {
-		code := second.readyz(ctx)
+		code := readyz(ctx, second)
 		return code != 0, fmt.Sprintf("/readyz %d", code)
 	})
-	if code := second.readyz(ctx); code != http.StatusServiceUnavailable {
+	if code := readyz(ctx, second); code != http.StatusServiceUnavailable {
 		t.Fatalf("standby /readyz %d, want 503", code)
 	}
-	if h := second.health(ctx, t); h != healthpb.HealthCheckResponse_NOT_SERVING {
+	if h := health(ctx, t, second); h != healthpb.HealthCheckResponse_NOT_SERVING {
 		t.Fatalf("standby health %v, want NOT_SERVING", h)
 	}
 
 	// The leader steps down on SIGTERM and releases the Lease.
-	if err := first.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-first.done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("first admitter did not stop after SIGTERM")
+	if err := first.Stop(30 * time.Second); err != nil {
+		t.Fatalf("first admitter after SIGTERM: %v", err)
 	}
 	waitFor(ctx, t, "standby takes over", func() (bool, string) {
-		h := second.health(ctx, t)
+		h := health(ctx, t, second)
 		return h == healthpb.HealthCheckResponse_SERVING, h.String()
 	})
-	conn, err := rpc.Dial(second.grpcAddr, s.log)
+	conn, err := rpc.Dial(second.GRPCAddr, s.log)
 	if err != nil {
 		t.Fatal(err)
 	}

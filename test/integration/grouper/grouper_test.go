@@ -24,6 +24,7 @@ import (
 	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
 	sluicev1 "github.com/sluice-dev/sluice/gen/sluice/v1"
 	"github.com/sluice-dev/sluice/pkg/podkeys"
+	"github.com/sluice-dev/sluice/test/harness"
 )
 
 const (
@@ -325,7 +326,7 @@ func podPatches(ctx context.Context, t *testing.T) float64 {
 
 func grouperMetric(ctx context.Context, t *testing.T, name string) float64 {
 	t.Helper()
-	v, err := s.grouper.metric(ctx, name)
+	v, err := metric(ctx, s.grouper, name)
 	if err != nil {
 		t.Fatalf("grouper metric %s: %v", name, err)
 	}
@@ -335,7 +336,7 @@ func grouperMetric(ctx context.Context, t *testing.T, name string) float64 {
 func waitMetricAbove(ctx context.Context, t *testing.T, name string, above float64) {
 	t.Helper()
 	waitFor(ctx, t, name+" above "+fmt.Sprint(above), func() error {
-		v, err := s.grouper.metric(ctx, name)
+		v, err := metric(ctx, s.grouper, name)
 		if err != nil {
 			return err
 		}
@@ -424,8 +425,8 @@ func waitFor(ctx context.Context, t *testing.T, what string, f func() error) {
 	t.Helper()
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if err := poll(wctx, f); err != nil {
-		t.Fatalf("waiting for %s: %v\ngrouper log:\n%s", what, err, tail(s.grouper.logPath))
+	if err := harness.Poll(wctx, f); err != nil {
+		t.Fatalf("waiting for %s: %v\ngrouper log:\n%s", what, err, s.grouper.Tail(40))
 	}
 }
 
@@ -434,28 +435,28 @@ func waitFor(ctx context.Context, t *testing.T, what string, f func() error) {
 func TestNotReadyWithoutAdmitter(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	port, err := freePort() // nothing listens there
+	admitterAddr, err := harness.FreeAddr() // nothing listens there
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := launch(s.bin, filepath.Join(t.TempDir(), "grouper.log"),
+	p, err := startGrouper(filepath.Join(t.TempDir(), "grouper.log"),
 		"--kubeconfig", s.env.Kubeconfig,
-		"--admitter-addr", fmt.Sprintf("127.0.0.1:%d", port),
+		"--admitter-addr", admitterAddr,
 		"--shard-index", "1", "--shard-count", "2",
 		"--log-format", "text")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
-		if err := p.stop(10 * time.Second); err != nil {
-			t.Errorf("grouper did not stop cleanly on SIGTERM: %v\n%s", err, tail(p.logPath))
+		if err := p.Stop(10 * time.Second); err != nil {
+			t.Errorf("grouper did not stop cleanly on SIGTERM: %v\n%s", err, p.Tail(40))
 		}
 	}()
 	waitFor(ctx, t, "healthz up and readyz failing on the stream only", func() error {
-		if _, code, err := p.get(ctx, "/healthz"); err != nil || code != http.StatusOK {
+		if _, code, err := p.Get(ctx, "/healthz"); err != nil || code != http.StatusOK {
 			return fmt.Errorf("/healthz %d %v", code, err)
 		}
-		body, code, err := p.get(ctx, "/readyz")
+		body, code, err := p.Get(ctx, "/readyz")
 		if err != nil {
 			return err
 		}

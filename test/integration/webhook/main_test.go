@@ -4,20 +4,14 @@
 package webhook
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/sluice-dev/sluice/test/harness"
 	"github.com/sluice-dev/sluice/test/testenv"
 )
 
@@ -35,7 +30,7 @@ type suite struct {
 	env     *testenv.Env
 	client  client.Client
 	binary  string // the built webhook binary
-	webhook *webhookProcess
+	webhook *harness.Service
 	tmpDirs []string // removed after a passing run
 }
 
@@ -44,11 +39,11 @@ var s suite
 func TestMain(m *testing.M) {
 	code := testenv.RunMain(m, testenv.Options{}, setUp)
 	if s.webhook != nil {
-		if err := s.webhook.stop(10 * time.Second); err != nil {
+		if err := s.webhook.Stop(10 * time.Second); err != nil {
 			fmt.Fprintf(os.Stderr, "stop webhook: %v\n", err)
 		}
 		if code != 0 {
-			fmt.Fprintf(os.Stderr, "webhook log: %s\n", s.webhook.logPath)
+			fmt.Fprintf(os.Stderr, "webhook log: %s\n", s.webhook.LogPath)
 		}
 	}
 	if code == 0 {
@@ -89,44 +84,34 @@ func setUp(env *testenv.Env) error {
 		return err
 	}
 	s.webhook = p
-	if err := poll(ctx, func() error {
-		if !strings.Contains(tail(p.logPath), "waiting for the LocalQueue CRD") {
+	if err := harness.Poll(ctx, func() error {
+		if !strings.Contains(p.Tail(40), "waiting for the LocalQueue CRD") {
 			return errors.New("webhook does not say it waits for the LocalQueue CRD")
 		}
 		return nil
 	}); err != nil {
 		return err
 	}
-	if err := poll(ctx, func() error { _, _, err := p.get(ctx, "/readyz"); return err }); err != nil {
+	if err := harness.Poll(ctx, func() error { _, _, err := p.Get(ctx, "/readyz"); return err }); err != nil {
 		return err
 	}
-	if body, code, _ := p.get(ctx, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "caches") {
+	if body, code, _ := p.Get(ctx, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "caches") {
 		return fmt.Errorf("webhook without its caches: /readyz %d %q, want 503 naming the caches", code, body)
 	}
 	if err := installLocalQueueCRD(ctx, c); err != nil {
 		return err
 	}
-	return p.waitReady(ctx)
+	return p.WaitReady(ctx)
 }
 
 // buildWebhook compiles the webhook command into a temporary directory.
 func buildWebhook(ctx context.Context) (string, error) {
-	root, err := testenv.ModuleRoot()
-	if err != nil {
-		return "", err
-	}
 	dir, err := os.MkdirTemp("", "sluice-webhook-test-")
 	if err != nil {
 		return "", err
 	}
 	s.tmpDirs = append(s.tmpDirs, dir)
-	out := filepath.Join(dir, "webhook")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./services/webhook")
-	cmd.Dir = root
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build webhook: %w\n%s", err, msg)
-	}
-	return out, nil
+	return harness.BuildBinary(ctx, dir, "./services/webhook")
 }
 
 // installLocalQueueCRD installs the LocalQueue CRD from deploy/crd and waits
@@ -147,7 +132,7 @@ func installLocalQueueCRD(ctx context.Context, c client.Client) error {
 	if err := c.Create(ctx, crd); err != nil {
 		return fmt.Errorf("create LocalQueue CRD: %w", err)
 	}
-	return poll(ctx, func() error {
+	return harness.Poll(ctx, func() error {
 		got := &apiextensionsv1.CustomResourceDefinition{}
 		if err := c.Get(ctx, client.ObjectKeyFromObject(crd), got); err != nil {
 			return err
@@ -161,34 +146,28 @@ func installLocalQueueCRD(ctx context.Context, c client.Client) error {
 	})
 }
 
-// webhookProcess is a running webhook binary.
-type webhookProcess struct {
-	cmd      *exec.Cmd
-	httpAddr string
-	logPath  string
-	exited   chan error
-}
-
 // startWebhook runs the webhook in self-register mode under configName,
-// with extra flags, and waits until it reports ready.
-func startWebhook(ctx context.Context, configName string, extra ...string) (*webhookProcess, error) {
+// with extra flags, and waits until it reports ready; if it does not, it
+// is stopped.
+func startWebhook(ctx context.Context, configName string, extra ...string) (*harness.Service, error) {
 	p, err := launchWebhook(configName, extra...)
 	if err != nil {
 		return nil, err
 	}
-	if err := p.waitReady(ctx); err != nil {
+	if err := p.WaitReady(ctx); err != nil {
+		_ = p.Stop(time.Second)
 		return nil, err
 	}
 	return p, nil
 }
 
 // launchWebhook starts the webhook binary without waiting for it.
-func launchWebhook(configName string, extra ...string) (*webhookProcess, error) {
-	webhookPort, err := freePort()
+func launchWebhook(configName string, extra ...string) (*harness.Service, error) {
+	webhookAddr, err := harness.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	httpPort, err := freePort()
+	httpAddr, err := harness.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -197,143 +176,24 @@ func launchWebhook(configName string, extra ...string) (*webhookProcess, error) 
 		return nil, err
 	}
 	s.tmpDirs = append(s.tmpDirs, dir)
-	p := &webhookProcess{
-		httpAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(httpPort)),
-		logPath:  filepath.Join(dir, "webhook.log"),
-		exited:   make(chan error, 1),
-	}
 	args := []string{
 		"--kubeconfig", s.env.Kubeconfig,
 		"--self-register",
 		"--webhook-config-name", configName,
-		"--webhook-port", strconv.Itoa(webhookPort),
-		"--http-addr", p.httpAddr,
+		"--webhook-port", port(webhookAddr),
 		"--cert-dir", filepath.Join(dir, "certs"),
 		"--shutdown-delay", "0s",
 		"--log-format", "text", "--log-level", "debug",
 	}
-	args = append(args, extra...)
-	logFile, err := os.Create(p.logPath)
-	if err != nil {
+	p := harness.NewService("webhook", s.binary, append(args, extra...), httpAddr, filepath.Join(dir, "webhook.log"))
+	if err := p.Start(); err != nil {
 		return nil, err
 	}
-	p.cmd = exec.Command(s.binary, args...)
-	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
-	// The webhook dies with the test binary however the test ends.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start webhook: %w", err)
-	}
-	go func() { p.exited <- p.cmd.Wait(); _ = logFile.Close() }()
-
 	return p, nil
 }
 
-// waitReady polls /readyz until it answers 200; on failure it stops the
-// process and returns its log.
-func (p *webhookProcess) waitReady(ctx context.Context) error {
-	err := poll(ctx, func() error {
-		select {
-		case err := <-p.exited:
-			p.exited <- err
-			return fmt.Errorf("webhook exited early (%v)", err)
-		default:
-		}
-		return p.ready(ctx)
-	})
-	if err != nil {
-		_ = p.stop(time.Second)
-		return fmt.Errorf("webhook not ready: %w\n%s", err, tail(p.logPath))
-	}
-	return nil
-}
-
-// ready returns nil when /readyz answers 200.
-func (p *webhookProcess) ready(ctx context.Context) error {
-	body, code, err := p.get(ctx, "/readyz")
-	if err != nil {
-		return err
-	}
-	if code != http.StatusOK {
-		return fmt.Errorf("/readyz %d: %s", code, body)
-	}
-	return nil
-}
-
-func (p *webhookProcess) get(ctx context.Context, path string) (string, int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.httpAddr+path, nil)
-	if err != nil {
-		return "", 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", 0, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return string(b), resp.StatusCode, err
-}
-
-// stop sends SIGTERM and waits up to grace for a clean exit.
-func (p *webhookProcess) stop(grace time.Duration) error {
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return err
-	}
-	select {
-	case err := <-p.exited:
-		p.exited <- err
-		return err
-	case <-time.After(grace):
-		_ = p.cmd.Process.Kill()
-		return fmt.Errorf("webhook did not exit within %s of SIGTERM", grace)
-	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// poll calls f until it returns nil or ctx ends; the error names f's last
-// complaint.
-func poll(ctx context.Context, f func() error) error {
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := f()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
-		case <-tick.C:
-		}
-	}
-}
-
-// tail returns the last lines of a log file for error messages.
-func tail(path string) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	var lines []string
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 1024*1024), 1024*1024)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-	}
-	if len(lines) > 40 {
-		lines = lines[len(lines)-40:]
-	}
-	var b bytes.Buffer
-	for _, l := range lines {
-		b.WriteString(l + "\n")
-	}
-	return b.String()
+// port returns the port of a host:port address.
+func port(addr string) string {
+	_, p, _ := net.SplitHostPort(addr)
+	return p
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/podkeys"
 	"github.com/sluice-dev/sluice/pkg/rolehash"
+	"github.com/sluice-dev/sluice/test/harness"
 )
 
 var traceparentRE = regexp.MustCompile(`^00-[0-9a-f]{32}-[0-9a-f]{16}-0[01]$`)
@@ -126,7 +127,7 @@ func TestQueuedPodIsMarked(t *testing.T) {
 		t.Errorf("role hash = %q, want the pod's own \"driver\"", got)
 	}
 
-	body, _, err := s.webhook.get(ctx, "/metrics")
+	body, err := s.webhook.Metrics(ctx)
 	if err != nil {
 		t.Fatalf("read metrics: %v", err)
 	}
@@ -174,7 +175,7 @@ func TestDefaultLocalQueue(t *testing.T) {
 	// The webhook learns of the queue through its watch; retry until the
 	// cache has it, removing pods created before.
 	var pod *corev1.Pod
-	err := poll(ctx, func() error {
+	err := harness.Poll(ctx, func() error {
 		pod = newPod("team-c", "", nil, nil)
 		pod.GenerateName = "defaulted-"
 		if err := s.client.Create(ctx, pod); err != nil {
@@ -255,7 +256,7 @@ func TestInvalidPodsAreRefused(t *testing.T) {
 			}
 		})
 	}
-	body, _, err := s.webhook.get(ctx, "/metrics")
+	body, err := s.webhook.Metrics(ctx)
 	if err != nil {
 		t.Fatalf("read metrics: %v", err)
 	}
@@ -292,7 +293,7 @@ func TestQueueOfRunningPodCannotChange(t *testing.T) {
 	}
 
 	validations := func() float64 {
-		body, _, err := s.webhook.get(ctx, "/metrics")
+		body, err := s.webhook.Metrics(ctx)
 		if err != nil {
 			t.Fatalf("read metrics: %v", err)
 		}
@@ -366,8 +367,8 @@ func TestShutdownUnregisters(t *testing.T) {
 	if got := cfg.Webhooks[0].NamespaceSelector.String(); !strings.Contains(got, "sluice.dev/test-selects") {
 		t.Errorf("namespace selector = %s, want the --managed-namespaces one", got)
 	}
-	if err := p.stop(20 * time.Second); err != nil {
-		t.Fatalf("webhook exit after SIGTERM: %v\n%s", err, tail(p.logPath))
+	if err := p.Stop(20 * time.Second); err != nil {
+		t.Fatalf("webhook exit after SIGTERM: %v\n%s", err, p.Tail(40))
 	}
 	for _, obj := range []client.Object{&admissionregistrationv1.MutatingWebhookConfiguration{}, &admissionregistrationv1.ValidatingWebhookConfiguration{}} {
 		if err := s.client.Get(ctx, types.NamespacedName{Name: name}, obj); !apierrors.IsNotFound(err) {

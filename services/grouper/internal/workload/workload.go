@@ -17,6 +17,7 @@ import (
 
 	sluicev1 "github.com/sluice-dev/sluice/gen/sluice/v1"
 	"github.com/sluice-dev/sluice/pkg/podkeys"
+	"github.com/sluice-dev/sluice/pkg/podset"
 	"github.com/sluice-dev/sluice/pkg/rolehash"
 )
 
@@ -130,7 +131,7 @@ func podSetFor(name string, count int32, pod *corev1.Pod) (*sluicev1.PodSet, err
 		RoleHash:     hash,
 		Requests:     quantities(PodRequests(pod)),
 		NodeSelector: copyMap(pod.Spec.NodeSelector),
-		Tolerations:  Tolerations(pod.Spec.Tolerations),
+		Tolerations:  podset.TolerationsToProto(pod.Spec.Tolerations),
 		Labels:       copyMap(pod.Labels),
 		Annotations:  annotations(pod.Annotations),
 	}, nil
@@ -205,29 +206,6 @@ func quantities(list corev1.ResourceList) map[string]string {
 			continue
 		}
 		out[string(name)] = q.String()
-	}
-	return out
-}
-
-// Tolerations converts Kubernetes tolerations to their sluice.v1 form, in
-// the same order.
-func Tolerations(in []corev1.Toleration) []*sluicev1.Toleration {
-	if len(in) == 0 {
-		return nil
-	}
-	out := make([]*sluicev1.Toleration, 0, len(in))
-	for _, t := range in {
-		pt := &sluicev1.Toleration{
-			Key:      t.Key,
-			Operator: string(t.Operator),
-			Value:    t.Value,
-			Effect:   string(t.Effect),
-		}
-		if t.TolerationSeconds != nil {
-			s := *t.TolerationSeconds
-			pt.TolerationSeconds = &s
-		}
-		out = append(out, pt)
 	}
 	return out
 }

@@ -1,0 +1,227 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/sluice-dev/sluice/test/testenv"
+)
+
+const (
+	// killWait bounds the wait for a process to go after SIGKILL.
+	killWait = 10 * time.Second
+	// tailBytes is how much of the end of a log Tail reads at most.
+	tailBytes = 64 << 10
+)
+
+// Service is one service process, which may be started, stopped and started
+// again. Its children die with the test process however that ends.
+type Service struct {
+	Name string
+	// HTTPAddr serves /healthz, /readyz and /metrics.
+	HTTPAddr string
+	// GRPCAddr is the service's gRPC address, if it has one.
+	GRPCAddr string
+	// LogPath collects the process's output across restarts.
+	LogPath string
+
+	bin  string
+	args []string
+	sp   *testenv.Spawner
+
+	mu  sync.Mutex
+	run *run // the latest start; nil before the first
+}
+
+// run is one start of a Service's process.
+type run struct {
+	cmd  *exec.Cmd
+	done chan struct{} // closed once the process has exited
+	err  error         // how it exited; valid once done is closed
+}
+
+// NewService describes the service name running bin with args plus
+// --http-addr httpAddr (every sluice service serves its probes there), its
+// output appended to logPath. It does not start the process.
+func NewService(name, bin string, args []string, httpAddr, logPath string) *Service {
+	return &Service{
+		Name:     name,
+		HTTPAddr: httpAddr,
+		LogPath:  logPath,
+		bin:      bin,
+		args:     append(slices.Clone(args), "--http-addr", httpAddr),
+		sp:       testenv.NewSpawner(false),
+	}
+}
+
+// Start starts the process. It does not wait for readiness.
+func (s *Service) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	log, err := os.OpenFile(s.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("opening %s log: %w", s.Name, err)
+	}
+	defer log.Close() // the child has its own copy
+	fmt.Fprintf(log, "=== %s start %v\n", time.Now().Format(time.RFC3339Nano), s.args)
+	cmd := exec.Command(s.bin, s.args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Env = append(os.Environ(), "OTEL_SERVICE_NAME=sluice-"+s.Name)
+	if err := s.sp.Start(cmd); err != nil {
+		return fmt.Errorf("starting %s: %w", s.Name, err)
+	}
+	r := &run{cmd: cmd, done: make(chan struct{})}
+	go func() { r.err = cmd.Wait(); close(r.done) }()
+	s.run = r
+	return nil
+}
+
+func (s *Service) current() *run {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.run
+}
+
+// Exited reports whether the process has ended (or never started), and
+// how: nil for a clean exit.
+func (s *Service) Exited() (bool, error) {
+	r := s.current()
+	if r == nil {
+		return true, nil
+	}
+	select {
+	case <-r.done:
+		return true, r.err
+	default:
+		return false, nil
+	}
+}
+
+// WaitReady polls /readyz until it answers 200 or ctx ends; it fails at
+// once if the process exits. The error ends with the end of the log.
+func (s *Service) WaitReady(ctx context.Context) error {
+	pollCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var exitErr error
+	err := Poll(pollCtx, func() error {
+		if exited, err := s.Exited(); exited {
+			exitErr = fmt.Errorf("exited before it was ready (%v)", err)
+			cancel() // no point waiting longer
+			return exitErr
+		}
+		body, code, err := s.Get(pollCtx, "/readyz")
+		if err != nil {
+			return err
+		}
+		if code != http.StatusOK {
+			return fmt.Errorf("/readyz %d: %s", code, body)
+		}
+		return nil
+	})
+	if exitErr != nil {
+		err = exitErr
+	}
+	if err != nil {
+		return fmt.Errorf("%s not ready: %w\n%s ends with:\n%s", s.Name, err, s.LogPath, s.Tail(40))
+	}
+	return nil
+}
+
+// Get fetches path from the HTTP address and returns the body and status.
+func (s *Service) Get(ctx context.Context, path string) (body string, code int, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.HTTPAddr+path, nil)
+	if err != nil {
+		return "", 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), resp.StatusCode, err
+}
+
+// Metrics returns the service's Prometheus metrics text.
+func (s *Service) Metrics(ctx context.Context) (string, error) {
+	body, code, err := s.Get(ctx, "/metrics")
+	if err != nil {
+		return "", fmt.Errorf("fetching %s metrics: %w", s.Name, err)
+	}
+	if code != http.StatusOK {
+		return "", fmt.Errorf("fetching %s metrics: status %d", s.Name, code)
+	}
+	return body, nil
+}
+
+// Kill ends the process at once with SIGKILL, as a crash would, and waits
+// until it is gone.
+func (s *Service) Kill() error {
+	r := s.current()
+	if r == nil {
+		return nil
+	}
+	if err := r.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("killing %s: %w", s.Name, err)
+	}
+	select {
+	case <-r.done:
+		return nil
+	case <-time.After(killWait):
+		return fmt.Errorf("%s still running %s after SIGKILL", s.Name, killWait)
+	}
+}
+
+// Stop asks the process to shut down with SIGTERM and waits up to grace
+// for it to exit. It fails if the process exits unsuccessfully, or does
+// not exit in time (it is then killed).
+func (s *Service) Stop(grace time.Duration) error {
+	r := s.current()
+	if r == nil {
+		return nil
+	}
+	if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("signalling %s: %w", s.Name, err)
+	}
+	select {
+	case <-r.done:
+		if r.err != nil {
+			return fmt.Errorf("%s exited after SIGTERM: %w", s.Name, r.err)
+		}
+		return nil
+	case <-time.After(grace):
+	}
+	_ = s.Kill()
+	return fmt.Errorf("%s did not exit within %s of SIGTERM; killed", s.Name, grace)
+}
+
+// Tail returns the last n lines of the log, for error messages.
+func (s *Service) Tail(n int) string {
+	f, err := os.Open(s.LogPath)
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > tailBytes {
+		_, _ = f.Seek(-tailBytes, io.SeekEnd)
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,191 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// fakeServiceEnv makes the test binary act as a service: "ok" serves
+// /readyz and /metrics and exits 0 on SIGTERM, "bad-exit" exits 3 on
+// SIGTERM, "crash" exits 2 at once.
+const fakeServiceEnv = "SLUICE_HARNESS_FAKE_SERVICE"
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(fakeServiceEnv); mode != "" {
+		os.Exit(fakeService(mode))
+	}
+	os.Exit(m.Run())
+}
+
+func fakeService(mode string) int {
+	fs := flag.NewFlagSet("fake", flag.ContinueOnError)
+	addr := fs.String("http-addr", "", "")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		return 1
+	}
+	fmt.Println("fake service up with", os.Args[1:])
+	if mode == "crash" {
+		fmt.Println("crashing")
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ok") })
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "fake_total 1\n") })
+	srv := &http.Server{Addr: *addr, Handler: mux, ReadHeaderTimeout: time.Second}
+	go func() { _ = srv.ListenAndServe() }()
+	<-ctx.Done()
+	_ = srv.Close()
+	if mode == "bad-exit" {
+		return 3
+	}
+	return 0
+}
+
+// newFake returns a Service running this test binary in mode.
+func newFake(t *testing.T, mode string) *Service {
+	t.Helper()
+	t.Setenv(fakeServiceEnv, mode)
+	addr, err := FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := NewService("fake", bin, nil, addr, filepath.Join(t.TempDir(), "fake.log"))
+	t.Cleanup(func() { _ = svc.Kill() })
+	return svc
+}
+
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestServiceLifecycle(t *testing.T) {
+	ctx := testContext(t)
+	svc := newFake(t, "ok")
+	if exited, _ := svc.Exited(); !exited {
+		t.Fatal("Exited() = false before Start")
+	}
+	if err := svc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := svc.Metrics(ctx); err != nil || !strings.Contains(m, "fake_total 1") {
+		t.Errorf("Metrics = %q, %v; want fake_total 1", m, err)
+	}
+	if err := svc.Stop(10 * time.Second); err != nil {
+		t.Fatalf("Stop = %v, want a clean exit", err)
+	}
+	if exited, err := svc.Exited(); !exited || err != nil {
+		t.Errorf("Exited() = %v, %v after Stop; want true, nil", exited, err)
+	}
+	// A restart appends to the same log.
+	if err := svc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Kill(); err != nil {
+		t.Fatalf("Kill = %v", err)
+	}
+	if exited, _ := svc.Exited(); !exited {
+		t.Error("Exited() = false after Kill")
+	}
+	if got := strings.Count(svc.Tail(100), "fake service up with"); got != 2 {
+		t.Errorf("log has %d starts, want 2:\n%s", got, svc.Tail(100))
+	}
+	if !strings.Contains(svc.Tail(1), "--http-addr "+svc.HTTPAddr) {
+		t.Errorf("last log line %q does not show --http-addr %s", svc.Tail(1), svc.HTTPAddr)
+	}
+}
+
+func TestServiceFailures(t *testing.T) {
+	t.Run("exit status after SIGTERM", func(t *testing.T) {
+		svc := newFake(t, "bad-exit")
+		if err := svc.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if err := svc.WaitReady(testContext(t)); err != nil {
+			t.Fatal(err)
+		}
+		if err := svc.Stop(10 * time.Second); err == nil || !strings.Contains(err.Error(), "exit status 3") {
+			t.Errorf("Stop = %v, want exit status 3", err)
+		}
+	})
+	t.Run("crash before ready", func(t *testing.T) {
+		svc := newFake(t, "crash")
+		if err := svc.Start(); err != nil {
+			t.Fatal(err)
+		}
+		err := svc.WaitReady(testContext(t))
+		if err == nil || !strings.Contains(err.Error(), "exited") || !strings.Contains(err.Error(), "crashing") {
+			t.Errorf("WaitReady = %v, want an exit naming the log's last lines", err)
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("WaitReady waited for its deadline: %v", err)
+		}
+	})
+}
+
+func TestPoll(t *testing.T) {
+	calls := 0
+	err := Poll(testContext(t), func() error {
+		if calls++; calls < 3 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	if err != nil || calls != 3 {
+		t.Errorf("Poll = %v after %d calls, want nil after 3", err, calls)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err = Poll(ctx, func() error { return errors.New("never") })
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "never") {
+		t.Errorf("Poll = %v, want context.Canceled naming the last complaint", err)
+	}
+}
+
+func TestBuildBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go build")
+	}
+	ctx := testContext(t)
+	dir := t.TempDir()
+	bin, err := BuildBinary(ctx, dir, "./test/testenv/cmd/localcluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(dir, "localcluster"); bin != want {
+		t.Errorf("BuildBinary = %q, want %q", bin, want)
+	}
+	st, err := os.Stat(bin)
+	if err != nil {
+		t.Fatalf("built binary: %v", err)
+	}
+	if st.Mode()&0o111 == 0 {
+		t.Errorf("built binary %s has mode %v, want an executable", bin, st.Mode())
+	}
+	if _, err := BuildBinary(ctx, dir, "./test/testenv/cmd/missing"); err == nil || !strings.Contains(err.Error(), "missing") {
+		t.Errorf("BuildBinary of a missing package = %v, want an error naming it", err)
+	}
+}
