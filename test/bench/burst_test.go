@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -20,12 +21,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sluicev1alpha1 "github.com/sluice-dev/sluice/pkg/api/v1alpha1"
@@ -73,6 +75,7 @@ func BenchmarkBurstSinglePods(b *testing.B) {
 	fmt.Printf("sluice: %.0f pods/s from creation to ungated (%.0f%% of the raw pipeline), %d/%d ungated\n",
 		res.podsPerSecond, 100*res.podsPerSecond/raw.pipelinePerSecond, res.ungated, burst)
 	fmt.Printf("latency creation->ungated: p50 %s  p90 %s  p99 %s\n", res.p50, res.p90, res.p99)
+	fmt.Printf("median time per stage: %s\n", res.stages)
 	fmt.Printf("API writes per pod (all clients, pod create included): %.2f\n", res.writesPerPod)
 	fmt.Printf("writes by resource: %s\n", res.writesByResource)
 }
@@ -114,6 +117,7 @@ type sluiceResult struct {
 	p50, p90, p99               time.Duration
 	ungated                     int
 	writesByResource            string
+	stages                      string
 }
 
 func measureSluice(ctx context.Context, b *testing.B, env *testenv.Env, cs kubernetes.Interface) sluiceResult {
@@ -127,10 +131,22 @@ func measureSluice(ctx context.Context, b *testing.B, env *testenv.Env, cs kuber
 	}
 	setupQueues(ctx, b, c, ns)
 
-	ungatedAt := watchUngated(ctx, b, env.Config, ns)
+	informers, err := cache.New(env.Config, cache.Options{Scheme: c.Scheme(), DefaultNamespaces: map[string]cache.Config{ns: {}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ungatedAt := watchUngated(ctx, b, informers)
+	stages := watchWorkloads(ctx, b, informers)
+	go func() { _ = informers.Start(ctx) }()
+	if !informers.WaitForCacheSync(ctx) {
+		b.Fatal("informers did not sync")
+	}
 	before, err := env.RequestCounts(ctx)
 	if err != nil {
 		b.Fatal(err)
+	}
+	if dir := os.Getenv("SLUICE_BENCH_PROFILE_DIR"); dir != "" {
+		go profileAPIServer(ctx, b, cs, dir)
 	}
 	created := make([]time.Time, burst)
 	start := time.Now()
@@ -170,8 +186,10 @@ func measureSluice(ctx context.Context, b *testing.B, env *testenv.Env, cs kuber
 	if len(lat) < burst {
 		b.Errorf("only %d of %d pods were ungated within the bound", len(lat), burst)
 	}
+	stagesReport := stages.report(created, seen)
 	slices.Sort(lat)
-	res := sluiceResult{ungated: len(lat)}
+	var res sluiceResult
+	res.ungated = len(lat)
 	if len(lat) > 0 {
 		res.podsPerSecond = float64(len(lat)) / last.Sub(start).Seconds()
 		res.p50, res.p90, res.p99 = pct(lat, 50), pct(lat, 90), pct(lat, 99)
@@ -184,6 +202,7 @@ func measureSluice(ctx context.Context, b *testing.B, env *testenv.Env, cs kuber
 		}
 	}
 	res.writesPerPod = writes / burst
+	res.stages = stagesReport
 	var parts []string
 	for k, v := range byRes {
 		parts = append(parts, fmt.Sprintf("%s=%.2f", k, v/burst))
@@ -244,34 +263,20 @@ func (u *ungatedTimes) snapshot() map[string]time.Time {
 	return maps.Clone(u.seen)
 }
 
-func watchUngated(ctx context.Context, b *testing.B, cfg *rest.Config, ns string) *ungatedTimes {
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	w, err := cs.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
+func watchUngated(ctx context.Context, b *testing.B, informers cache.Cache) *ungatedTimes {
 	u := &ungatedTimes{seen: map[string]time.Time{}}
-	go func() {
-		defer w.Stop()
-		for ev := range w.ResultChan() {
-			if ev.Type != watch.Modified {
-				continue
-			}
-			p, ok := ev.Object.(*corev1.Pod)
-			if !ok || slices.ContainsFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == podkeys.AdmissionGate }) {
-				continue
-			}
-			now := time.Now()
-			u.mu.Lock()
-			if _, dup := u.seen[p.Name]; !dup {
-				u.seen[p.Name] = now
-			}
-			u.mu.Unlock()
+	observe(ctx, b, informers, &corev1.Pod{}, func(obj any) {
+		p, ok := obj.(*corev1.Pod)
+		if !ok || slices.ContainsFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == podkeys.AdmissionGate }) {
+			return
 		}
-	}()
+		now := time.Now()
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		if _, dup := u.seen[p.Name]; !dup {
+			u.seen[p.Name] = now
+		}
+	})
 	return u
 }
 
@@ -329,4 +334,107 @@ func parallel(n int, f func(i int) error, b *testing.B) {
 	if firstErr != nil {
 		b.Fatalf("request failed: %v", firstErr)
 	}
+}
+
+// workloadTimes records, per pod, when its Workload appeared and when it was
+// first seen admitted, to tell which stage of the pipeline takes the time.
+type workloadTimes struct {
+	mu                sync.Mutex
+	created, admitted map[string]time.Time // by owner pod name
+}
+
+func watchWorkloads(ctx context.Context, b *testing.B, informers cache.Cache) *workloadTimes {
+	wt := &workloadTimes{created: map[string]time.Time{}, admitted: map[string]time.Time{}}
+	observe(ctx, b, informers, &sluicev1alpha1.Workload{}, func(obj any) {
+		wl, ok := obj.(*sluicev1alpha1.Workload)
+		if !ok || len(wl.OwnerReferences) == 0 {
+			return
+		}
+		now, pod := time.Now(), wl.OwnerReferences[0].Name
+		wt.mu.Lock()
+		defer wt.mu.Unlock()
+		if _, dup := wt.created[pod]; !dup {
+			wt.created[pod] = now
+		}
+		if _, dup := wt.admitted[pod]; !dup && meta.IsStatusConditionTrue(wl.Status.Conditions, sluicev1alpha1.WorkloadAdmitted) {
+			wt.admitted[pod] = now
+		}
+	})
+	return wt
+}
+
+// observe calls f with every added or updated object of obj's kind. It uses
+// an informer, not a bare watch: the API server closes watches of a custom
+// resource whenever its CRD is updated, and informers resume.
+func observe(ctx context.Context, b *testing.B, informers cache.Cache, obj client.Object, f func(any)) {
+	inf, err := informers.GetInformer(ctx, obj)
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { f(o) },
+		UpdateFunc: func(_, o any) { f(o) },
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
+// report gives the median duration of each stage: pod created -> Workload
+// created -> admitted -> pod ungated.
+func (wt *workloadTimes) report(created []time.Time, ungated map[string]time.Time) string {
+	wt.mu.Lock()
+	defer wt.mu.Unlock()
+	var toWorkload, toAdmitted, toUngated []time.Duration
+	var lastCreated, lastWorkload, lastAdmitted, lastUngated time.Time
+	for i, c := range created {
+		name := fmt.Sprintf("pod-%d", i)
+		wc, ok1 := wt.created[name]
+		ad, ok2 := wt.admitted[name]
+		ug, ok3 := ungated[name]
+		if !ok1 || !ok2 || !ok3 {
+			continue
+		}
+		toWorkload = append(toWorkload, wc.Sub(c))
+		toAdmitted = append(toAdmitted, ad.Sub(wc))
+		toUngated = append(toUngated, ug.Sub(ad))
+		lastCreated, lastWorkload = latest(lastCreated, c), latest(lastWorkload, wc)
+		lastAdmitted, lastUngated = latest(lastAdmitted, ad), latest(lastUngated, ug)
+	}
+	if len(toWorkload) == 0 {
+		return "n/a"
+	}
+	for _, d := range [][]time.Duration{toWorkload, toAdmitted, toUngated} {
+		slices.Sort(d)
+	}
+	first := slices.MinFunc(created, func(a, b time.Time) int { return a.Compare(b) })
+	since := func(t time.Time) time.Duration { return t.Sub(first).Round(10 * time.Millisecond) }
+	return fmt.Sprintf("(%d pods; %d Workloads seen, %d admitted) created->Workload %s, Workload->admitted %s, admitted->ungated %s; "+
+		"the last pod was created after %s, the last Workload after %s, admitted after %s, ungated after %s",
+		len(toWorkload), len(wt.created), len(wt.admitted), pct(toWorkload, 50), pct(toAdmitted, 50), pct(toUngated, 50),
+		since(lastCreated), since(lastWorkload), since(lastAdmitted), since(lastUngated))
+}
+
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// profileAPIServer writes a 10-second CPU profile of kube-apiserver, taken
+// during the burst, to dir/kube-apiserver.pprof. Set SLUICE_BENCH_PROFILE_DIR
+// to get one; `go tool pprof` reads it.
+func profileAPIServer(ctx context.Context, b *testing.B, cs kubernetes.Interface, dir string) {
+	data, err := cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "10").DoRaw(ctx)
+	if err != nil {
+		b.Logf("profiling kube-apiserver: %v", err)
+		return
+	}
+	path := filepath.Join(dir, "kube-apiserver.pprof")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		b.Logf("writing %s: %v", path, err)
+		return
+	}
+	fmt.Printf("kube-apiserver CPU profile: %s\n", path)
 }

@@ -117,7 +117,9 @@ func apiServerSpec(f layout, p Ports, o Options) componentSpec {
 		// pod needs it: kwok pods run nothing.
 		"--endpoint-reconciler-type=none",
 		"--allow-privileged=true",
-		"--profiling=false",
+		// Benchmarks read CPU profiles from /debug/pprof (admin only); it
+		// costs nothing until asked for.
+		"--profiling=true",
 	}
 	return componentSpec{name: "kube-apiserver", bin: f.bins.apiServer, args: args}
 }

@@ -48,7 +48,6 @@ const WorkloadIndex = "sluice.dev/workload"
 
 // Event reasons and actions on pods.
 const (
-	ReasonAdmitted         = "Admitted"
 	ReasonUngateFailed     = "UngateFailed"
 	ReasonAdmissionInvalid = "AdmissionConflict"
 	ReasonSubmitFailed     = "SubmitFailed"
@@ -376,11 +375,9 @@ func (r *Reconciler) sendUngate(ctx context.Context, pod *corev1.Pod, key worklo
 	st.ungated = true
 	r.opts.Metrics.PodsUngated.Inc()
 	r.opts.Metrics.DecisionToUngate.Observe(r.now().Sub(entry.received).Seconds())
-	note := "Admitted by ClusterQueue " + entry.decision.GetClusterQueue()
-	if msg := entry.decision.GetMessage(); msg != "" {
-		note += ": " + msg
-	}
-	r.opts.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, ReasonAdmitted, actionUngate, "%s", note)
+	// No Event on success: one per pod would be a write per pod on the hot
+	// path. The Workload's Admitted condition and the pod's podset label
+	// say the same, and the metrics count it.
 	return reconcile.Result{}, nil
 }
 
