@@ -134,6 +134,31 @@ func TestQueuedPodIsMarked(t *testing.T) {
 	if v := metricValue(body, "sluice_webhook_pods_gated_total"); v < 2 {
 		t.Errorf("sluice_webhook_pods_gated_total = %v, want at least 2", v)
 	}
+
+	// One webhook round trip per creation: the API server called the
+	// mutating webhook for CREATE and never the validating one.
+	server, err := s.env.Metrics(ctx)
+	if err != nil {
+		t.Fatalf("read API server metrics: %v", err)
+	}
+	calls := func(webhook string) float64 {
+		var n float64
+		for _, line := range strings.Split(server, "\n") {
+			if strings.HasPrefix(line, "apiserver_admission_webhook_request_total{") &&
+				strings.Contains(line, `name="`+webhook+`"`) && strings.Contains(line, `operation="CREATE"`) {
+				fields := strings.Fields(line)
+				v, _ := strconv.ParseFloat(fields[len(fields)-1], 64)
+				n += v
+			}
+		}
+		return n
+	}
+	if n := calls("mutate.pods.sluice.dev"); n < 2 {
+		t.Errorf("API server called the mutating webhook %v times for CREATE, want at least 2", n)
+	}
+	if n := calls("validate.pods.sluice.dev"); n != 0 {
+		t.Errorf("API server called the validating webhook %v times for CREATE, want 0", n)
+	}
 }
 
 func TestPodsLeftAlone(t *testing.T) {
@@ -197,7 +222,8 @@ func TestDefaultLocalQueue(t *testing.T) {
 func TestInvalidPodsAreRefused(t *testing.T) {
 	ctx := testContext(t)
 	createNamespace(ctx, t, "team-d")
-	const denied = `admission webhook "validate.pods.sluice.dev" denied the request: `
+	// CREATE is judged by the mutating webhook, before it marks the pod.
+	const denied = `admission webhook "mutate.pods.sluice.dev" denied the request: `
 	tests := []struct {
 		name        string
 		labels      map[string]string

@@ -19,9 +19,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	jsonpatchapply "github.com/evanphx/json-patch/v5"
 	"github.com/sluice-dev/sluice/pkg/podkeys"
 	"github.com/sluice-dev/sluice/services/webhook/internal/metrics"
 	"github.com/sluice-dev/sluice/services/webhook/internal/validate"
+	"gomodules.xyz/jsonpatch/v2"
+	"k8s.io/apimachinery/pkg/api/equality"
 )
 
 // stubLookup answers from fixed sets; the real cache-backed lookup is
@@ -278,4 +281,90 @@ func TestValidator(t *testing.T) {
 func mustMetrics(t *testing.T) *metrics.Metrics {
 	m, _ := newMetrics(t)
 	return m
+}
+
+func TestMutatorValidatesCreate(t *testing.T) {
+	lookup := stubLookup{}
+	tests := []struct {
+		name      string
+		labels    map[string]string
+		wantField string
+	}{
+		{name: "bad queue name", labels: map[string]string{podkeys.QueueNameLabel: "Not_A_Queue"}, wantField: `metadata.labels[kueue.x-k8s.io/queue-name]`},
+		{name: "group name without total count", labels: map[string]string{podkeys.QueueNameLabel: "q", podkeys.PodGroupNameLabel: "g"}, wantField: `metadata.annotations[kueue.x-k8s.io/pod-group-total-count]`},
+		{name: "managed label not true", labels: map[string]string{podkeys.ManagedLabel: "false"}, wantField: `metadata.labels[kueue.x-k8s.io/managed]`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m, reg := newMetrics(t)
+			h, err := NewMutator(lookup, m, noop.NewTracerProvider().Tracer("t"), propagation.TraceContext{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp := h.Handle(context.Background(), request(t, admissionv1.Create, testPod("team", tc.labels, nil), nil))
+			if resp.Allowed || resp.Result == nil || resp.Result.Code != http.StatusUnprocessableEntity {
+				t.Fatalf("response = %+v, want a 422 refusal", resp.AdmissionResponse)
+			}
+			if len(resp.Patches) != 0 {
+				t.Errorf("a refused pod was patched: %+v", resp.Patches)
+			}
+			if !strings.Contains(resp.Result.Message, tc.wantField) {
+				t.Errorf("message %q does not name %s", resp.Result.Message, tc.wantField)
+			}
+			if got := counter(t, reg, "sluice_webhook_pods_rejected_total", ""); got != 1 {
+				t.Errorf("pods rejected = %v, want 1", got)
+			}
+		})
+	}
+}
+
+// A reinvocation (another mutating webhook changed the pod after sluice's)
+// must leave sluice's marks, the trace context included, as they are.
+func TestMutatorReinvocationIsStable(t *testing.T) {
+	m, _ := newMetrics(t)
+	tp := sdktrace.NewTracerProvider()
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	h, err := NewMutator(stubLookup{}, m, tp.Tracer("t"), propagation.TraceContext{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := testPod("team", map[string]string{podkeys.QueueNameLabel: "q"}, nil)
+	first := h.Handle(context.Background(), request(t, admissionv1.Create, pod, nil))
+	if !first.Allowed || len(first.Patches) == 0 {
+		t.Fatalf("first invocation = %+v, want a patch", first.AdmissionResponse)
+	}
+	mutated := applyPatches(t, pod, first.Patches)
+
+	second := h.Handle(context.Background(), request(t, admissionv1.Create, mutated, nil))
+	if !second.Allowed {
+		t.Fatalf("reinvocation refused: %+v", second.Result)
+	}
+	if again := applyPatches(t, mutated, second.Patches); !equality.Semantic.DeepEqual(again, mutated) {
+		t.Errorf("reinvocation changed the pod:\nbefore %+v\nafter  %+v", mutated.ObjectMeta, again.ObjectMeta)
+	}
+}
+
+func applyPatches(t *testing.T, pod *corev1.Pod, ops []jsonpatch.JsonPatchOperation) *corev1.Pod {
+	t.Helper()
+	doc, err := json.Marshal(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := json.Marshal(ops)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch, err := jsonpatchapply.DecodePatch(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := patch.Apply(doc)
+	if err != nil {
+		t.Fatalf("applying %s: %v", raw, err)
+	}
+	var p corev1.Pod
+	if err := json.Unmarshal(out, &p); err != nil {
+		t.Fatal(err)
+	}
+	return &p
 }

@@ -100,7 +100,9 @@ func podRule(ops ...admissionregistrationv1.OperationType) []admissionregistrati
 }
 
 // Mutating returns the configuration of the mutating webhook: pod CREATE
-// only, failing closed.
+// only, failing closed. It also validates the created pod, and is reinvoked
+// if a later mutating webhook changes the pod, so validation sees the final
+// object.
 func Mutating(o Options) *admissionregistrationv1.MutatingWebhookConfiguration {
 	return &admissionregistrationv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: o.Name},
@@ -115,21 +117,22 @@ func Mutating(o Options) *admissionregistrationv1.MutatingWebhookConfiguration {
 			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
 			TimeoutSeconds:          ptr.To[int32](10),
 			AdmissionReviewVersions: []string{"v1"},
-			ReinvocationPolicy:      ptr.To(admissionregistrationv1.NeverReinvocationPolicy),
+			ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
 		}},
 	}
 }
 
 // Validating returns the configuration of the validating webhook: pod
-// CREATE and UPDATE, failing closed, skipping sluice's own service accounts
-// and updates that leave every queueing key alone.
+// UPDATE only (the mutating webhook validates CREATE), failing closed,
+// skipping sluice's own service accounts and updates that leave every
+// queueing key alone.
 func Validating(o Options) *admissionregistrationv1.ValidatingWebhookConfiguration {
 	return &admissionregistrationv1.ValidatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: o.Name},
 		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
 			Name:              ValidatingWebhookName,
 			ClientConfig:      o.clientConfig(o.ValidatePath),
-			Rules:             podRule(admissionregistrationv1.Create, admissionregistrationv1.Update),
+			Rules:             podRule(admissionregistrationv1.Update),
 			FailurePolicy:     ptr.To(admissionregistrationv1.Fail),
 			MatchPolicy:       ptr.To(admissionregistrationv1.Equivalent),
 			NamespaceSelector: o.Namespaces,

@@ -40,9 +40,12 @@ func TestOperations(t *testing.T) {
 	if ops := m.Rules[0].Operations; len(ops) != 1 || ops[0] != admissionregistrationv1.Create {
 		t.Errorf("mutating operations = %v, want CREATE only", ops)
 	}
+	if rp := m.ReinvocationPolicy; rp == nil || *rp != admissionregistrationv1.IfNeededReinvocationPolicy {
+		t.Errorf("mutating reinvocation policy = %v, want IfNeeded: it validates CREATE and must see the final pod", rp)
+	}
 	v := Validating(Options{}).Webhooks[0]
-	if ops := v.Rules[0].Operations; len(ops) != 2 {
-		t.Errorf("validating operations = %v, want CREATE and UPDATE", ops)
+	if ops := v.Rules[0].Operations; len(ops) != 1 || ops[0] != admissionregistrationv1.Update {
+		t.Errorf("validating operations = %v, want UPDATE only (the mutating webhook validates CREATE)", ops)
 	}
 	for _, fp := range []*admissionregistrationv1.FailurePolicyType{m.FailurePolicy, v.FailurePolicy} {
 		if *fp != admissionregistrationv1.Fail {
