@@ -9,7 +9,6 @@ import (
 	"crypto/rand"
 	"fmt"
 	"net/http"
-	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -81,26 +80,16 @@ func (h *Mutator) Handle(ctx context.Context, req admission.Request) admission.R
 	if req.Operation != admissionv1.Create {
 		return admission.Allowed("sluice only marks pods at creation")
 	}
-	managed, err := h.lookup.NamespaceManaged(ctx, req.Namespace)
-	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, err)
-	}
-	if !managed {
-		return admission.Allowed("namespace is not managed by sluice")
-	}
-	pod := &corev1.Pod{}
-	if err := h.decoder.Decode(req, pod); err != nil {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode pod: %w", err))
+	pod, done := managedPod(ctx, h.lookup, h.decoder, req)
+	if done != nil {
+		return *done
 	}
 	// CREATE is validated here rather than by the validating webhook: one
 	// round trip per pod instead of two. The mutating webhook is reinvoked
 	// when a later mutating webhook changes the pod, so the final object is
 	// still validated.
 	if errs := validate.Create(pod); len(errs) > 0 {
-		for _, e := range errs {
-			h.metrics.PodRejected(validate.Reason(e))
-		}
-		return denied(podName(pod), errs)
+		return denied(h.metrics, pod, errs)
 	}
 	decision, err := mutate.Decide(pod, func() (bool, error) { return h.lookup.DefaultQueueExists(ctx, req.Namespace) })
 	if err != nil {
@@ -111,9 +100,11 @@ func (h *Mutator) Handle(ctx context.Context, req admission.Request) admission.R
 	}
 
 	// A reinvocation (another mutating webhook changed the pod after ours)
-	// finds the pod already marked; its trace context stays as it is.
+	// finds the pod already marked: its trace context stays as it is, and
+	// the patch only restores marks another webhook may have removed.
+	marked := alreadyMarked(pod)
 	traceparent := pod.Annotations[podkeys.TraceparentAnnotation]
-	if !alreadyMarked(pod) {
+	if !marked || traceparent == "" {
 		if traceparent, err = h.startTrace(ctx, req, pod, decision); err != nil {
 			return admission.Errored(http.StatusInternalServerError, err)
 		}
@@ -122,20 +113,19 @@ func (h *Mutator) Handle(ctx context.Context, req admission.Request) admission.R
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	if req.DryRun == nil || !*req.DryRun {
+	if !marked && (req.DryRun == nil || !*req.DryRun) {
 		h.metrics.PodGated()
 	}
-	logf.FromContext(ctx).V(2).Info("gating pod", "namespace", req.Namespace, "queue", decision.Queue, "defaulted", decision.Defaulted)
+	logf.FromContext(ctx).V(2).Info("gating pod", "namespace", req.Namespace, "queue", decision.Queue, "defaulted", decision.Defaulted, "reinvoked", marked)
 	return admission.Patched("", ops...)
 }
 
-// alreadyMarked tells whether sluice's mutation was applied to the pod
-// before, in an earlier invocation for the same request.
+// alreadyMarked tells whether sluice's mutation was applied to the pod in an
+// earlier invocation for the same request. The managed label is the mark:
+// validation allows no value but the one sluice sets, and unlike the gate or
+// the finalizer no other controller has reason to remove it.
 func alreadyMarked(pod *corev1.Pod) bool {
-	return pod.Labels[podkeys.ManagedLabel] == podkeys.ManagedLabelValue &&
-		pod.Annotations[podkeys.TraceparentAnnotation] != "" &&
-		slices.Contains(pod.Finalizers, podkeys.ManagedFinalizer) &&
-		slices.ContainsFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == podkeys.AdmissionGate })
+	return pod.Labels[podkeys.ManagedLabel] == podkeys.ManagedLabelValue
 }
 
 // startTrace starts the span that roots the pod's trace and returns its W3C
@@ -212,16 +202,9 @@ func (h *Validator) Handle(ctx context.Context, req admission.Request) admission
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return admission.Allowed("")
 	}
-	managed, err := h.lookup.NamespaceManaged(ctx, req.Namespace)
-	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, err)
-	}
-	if !managed {
-		return admission.Allowed("namespace is not managed by sluice")
-	}
-	pod := &corev1.Pod{}
-	if err := h.decoder.Decode(req, pod); err != nil {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode pod: %w", err))
+	pod, done := managedPod(ctx, h.lookup, h.decoder, req)
+	if done != nil {
+		return *done
 	}
 	var errs field.ErrorList
 	if req.Operation == admissionv1.Create {
@@ -236,17 +219,37 @@ func (h *Validator) Handle(ctx context.Context, req admission.Request) admission
 	if len(errs) == 0 {
 		return admission.Allowed("")
 	}
-	for _, e := range errs {
-		h.metrics.PodRejected(validate.Reason(e))
+	return denied(h.metrics, pod, errs)
+}
+
+// managedPod decodes the request's pod when its namespace is managed by
+// sluice. Otherwise, or on failure, it returns the response to send.
+func managedPod(ctx context.Context, l Lookup, dec admission.Decoder, req admission.Request) (*corev1.Pod, *admission.Response) {
+	managed, err := l.NamespaceManaged(ctx, req.Namespace)
+	if err != nil {
+		resp := admission.Errored(http.StatusInternalServerError, err)
+		return nil, &resp
 	}
-	return denied(podName(pod), errs)
+	if !managed {
+		resp := admission.Allowed("namespace is not managed by sluice")
+		return nil, &resp
+	}
+	pod := &corev1.Pod{}
+	if err := dec.Decode(req, pod); err != nil {
+		resp := admission.Errored(http.StatusBadRequest, fmt.Errorf("decode pod: %w", err))
+		return nil, &resp
+	}
+	return pod, nil
 }
 
 // denied refuses the request with a standard Invalid status, so clients see
 // the reason and one cause per broken rule, as for the API server's own
 // validation.
-func denied(name string, errs field.ErrorList) admission.Response {
-	status := apierrors.NewInvalid(schema.GroupKind{Kind: "Pod"}, name, errs).ErrStatus
+func denied(m *metrics.Metrics, pod *corev1.Pod, errs field.ErrorList) admission.Response {
+	for _, e := range errs {
+		m.PodRejected(validate.Reason(e))
+	}
+	status := apierrors.NewInvalid(schema.GroupKind{Kind: "Pod"}, podName(pod), errs).ErrStatus
 	return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: false, Result: &status}}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -283,64 +285,215 @@ func mustMetrics(t *testing.T) *metrics.Metrics {
 	return m
 }
 
+// Each CREATE rule is enforced by the mutating webhook with the documented
+// message (docs/webhook.md), exactly as the validating webhook words it, and
+// a refused pod is not patched.
 func TestMutatorValidatesCreate(t *testing.T) {
-	lookup := stubLookup{}
+	queued := func(kv ...string) map[string]string {
+		m := map[string]string{podkeys.QueueNameLabel: "q"}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	count := func(n string) map[string]string { return map[string]string{podkeys.PodGroupTotalCountAnnotation: n} }
 	tests := []struct {
-		name      string
-		labels    map[string]string
-		wantField string
+		name        string
+		labels      map[string]string
+		annotations map[string]string
+		wantMessage string
+		wantReasons []string
 	}{
-		{name: "bad queue name", labels: map[string]string{podkeys.QueueNameLabel: "Not_A_Queue"}, wantField: `metadata.labels[kueue.x-k8s.io/queue-name]`},
-		{name: "group name without total count", labels: map[string]string{podkeys.QueueNameLabel: "q", podkeys.PodGroupNameLabel: "g"}, wantField: `metadata.annotations[kueue.x-k8s.io/pod-group-total-count]`},
-		{name: "managed label not true", labels: map[string]string{podkeys.ManagedLabel: "false"}, wantField: `metadata.labels[kueue.x-k8s.io/managed]`},
+		{
+			name:        "group without count",
+			labels:      queued(podkeys.PodGroupNameLabel, "g"),
+			wantMessage: `Pod "p" is invalid: metadata.annotations[kueue.x-k8s.io/pod-group-total-count]: Required value: a pod that names a group must also declare how many pods the group has`,
+			wantReasons: []string{"Required:pod-group-total-count"},
+		},
+		{
+			name:        "count without group",
+			labels:      queued(),
+			annotations: count("2"),
+			wantMessage: `Pod "p" is invalid: metadata.labels[kueue.x-k8s.io/pod-group-name]: Required value: a pod that declares a group size must also name its group`,
+			wantReasons: []string{"Required:pod-group-name"},
+		},
+		{
+			name:        "group name not a subdomain",
+			labels:      queued(podkeys.PodGroupNameLabel, "G_1"),
+			annotations: count("2"),
+			wantMessage: `Pod "p" is invalid: metadata.labels[kueue.x-k8s.io/pod-group-name]: Invalid value: "G_1": must be a DNS-1123 subdomain (`,
+			wantReasons: []string{"Invalid:pod-group-name"},
+		},
+		{
+			name:        "count not a whole number",
+			labels:      queued(podkeys.PodGroupNameLabel, "g"),
+			annotations: count("three"),
+			wantMessage: `Pod "p" is invalid: metadata.annotations[kueue.x-k8s.io/pod-group-total-count]: Invalid value: "three": must be a whole number of pods`,
+			wantReasons: []string{"Invalid:pod-group-total-count"},
+		},
+		{
+			name:        "count below one",
+			labels:      queued(podkeys.PodGroupNameLabel, "g"),
+			annotations: count("0"),
+			wantMessage: `Pod "p" is invalid: metadata.annotations[kueue.x-k8s.io/pod-group-total-count]: Invalid value: "0": a group must have at least 1 pod`,
+			wantReasons: []string{"Invalid:pod-group-total-count"},
+		},
+		{
+			name:        "queue name not a subdomain",
+			labels:      map[string]string{podkeys.QueueNameLabel: "Not_A_Queue"},
+			wantMessage: `Pod "p" is invalid: metadata.labels[kueue.x-k8s.io/queue-name]: Invalid value: "Not_A_Queue": must be a DNS-1123 subdomain (`,
+			wantReasons: []string{"Invalid:queue-name"},
+		},
+		{
+			name:        "managed label not true",
+			labels:      map[string]string{podkeys.ManagedLabel: "false"},
+			wantMessage: `Pod "p" is invalid: metadata.labels[kueue.x-k8s.io/managed]: Forbidden: sluice sets this label itself; the only value allowed is "true"`,
+			wantReasons: []string{"Forbidden:managed"},
+		},
+		{
+			name:        "every broken rule at once",
+			labels:      map[string]string{podkeys.QueueNameLabel: "q", podkeys.PodGroupNameLabel: "g", podkeys.ManagedLabel: "no"},
+			wantMessage: `Pod "p" is invalid: [metadata.annotations[kueue.x-k8s.io/pod-group-total-count]: Required value: ` + validate.DetailGroupNeedsCount + `, metadata.labels[kueue.x-k8s.io/managed]: Forbidden: ` + validate.DetailManagedValue + `]`,
+			wantReasons: []string{"Required:pod-group-total-count", "Forbidden:managed"},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			m, reg := newMetrics(t)
-			h, err := NewMutator(lookup, m, noop.NewTracerProvider().Tracer("t"), propagation.TraceContext{})
+			h, err := NewMutator(stubLookup{}, m, noop.NewTracerProvider().Tracer("t"), propagation.TraceContext{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			resp := h.Handle(context.Background(), request(t, admissionv1.Create, testPod("team", tc.labels, nil), nil))
-			if resp.Allowed || resp.Result == nil || resp.Result.Code != http.StatusUnprocessableEntity {
-				t.Fatalf("response = %+v, want a 422 refusal", resp.AdmissionResponse)
+			req := request(t, admissionv1.Create, testPod("team", tc.labels, tc.annotations), nil)
+			resp := h.Handle(context.Background(), req)
+			if resp.Allowed || resp.Result == nil {
+				t.Fatalf("response = %+v, want a refusal", resp.AdmissionResponse)
 			}
-			if len(resp.Patches) != 0 {
+			if len(resp.Patches) != 0 || resp.Patch != nil {
 				t.Errorf("a refused pod was patched: %+v", resp.Patches)
 			}
-			if !strings.Contains(resp.Result.Message, tc.wantField) {
-				t.Errorf("message %q does not name %s", resp.Result.Message, tc.wantField)
+			if !strings.HasPrefix(resp.Result.Message, tc.wantMessage) {
+				t.Errorf("message = %q\nwant it to start with %q", resp.Result.Message, tc.wantMessage)
 			}
-			if got := counter(t, reg, "sluice_webhook_pods_rejected_total", ""); got != 1 {
-				t.Errorf("pods rejected = %v, want 1", got)
+			if resp.Result.Reason != metav1.StatusReasonInvalid || resp.Result.Code != http.StatusUnprocessableEntity {
+				t.Errorf("status = %s/%d, want Invalid/422", resp.Result.Reason, resp.Result.Code)
+			}
+			if resp.Result.Details == nil || len(resp.Result.Details.Causes) != len(tc.wantReasons) {
+				t.Errorf("details = %+v, want %d causes", resp.Result.Details, len(tc.wantReasons))
+			}
+			for _, reason := range tc.wantReasons {
+				if got := counter(t, reg, "sluice_webhook_pods_rejected_total", reason); got != 1 {
+					t.Errorf("pods rejected{reason=%q} = %v, want 1", reason, got)
+				}
+			}
+			if got := counter(t, reg, "sluice_webhook_pods_gated_total", ""); got != 0 {
+				t.Errorf("pods gated = %v, want 0", got)
+			}
+
+			// The validating webhook words the same refusal identically.
+			v, err := NewValidator(stubLookup{}, mustMetrics(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := v.Handle(context.Background(), req).Result; !equality.Semantic.DeepEqual(resp.Result, want) {
+				t.Errorf("mutating refusal %+v differs from the validating one %+v", resp.Result, want)
 			}
 		})
 	}
 }
 
 // A reinvocation (another mutating webhook changed the pod after sluice's)
-// must leave sluice's marks, the trace context included, as they are.
-func TestMutatorReinvocationIsStable(t *testing.T) {
-	m, _ := newMetrics(t)
-	tp := sdktrace.NewTracerProvider()
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	h, err := NewMutator(stubLookup{}, m, tp.Tracer("t"), propagation.TraceContext{})
-	if err != nil {
-		t.Fatal(err)
+// validates the final pod again and restores only the marks that are
+// missing: nothing is added twice, and the role hash and trace context stay
+// as the first invocation set them.
+func TestMutatorReinvocation(t *testing.T) {
+	const caller = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	tests := []struct {
+		name        string
+		annotations map[string]string
+		// change is what another mutating webhook does after sluice's.
+		change      func(p *corev1.Pod)
+		wantMessage string // non-empty: the reinvocation refuses the pod
+	}{
+		{name: "nothing changed", change: func(*corev1.Pod) {}},
+		{
+			name: "another webhook adds a label, a gate and a finalizer",
+			change: func(p *corev1.Pod) {
+				p.Labels["team"] = "x"
+				p.Spec.SchedulingGates = append(p.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: "example.com/gate"})
+				p.Finalizers = append(p.Finalizers, "example.com/fin")
+			},
+		},
+		{
+			name: "another webhook drops sluice's gate and finalizer",
+			change: func(p *corev1.Pod) {
+				p.Spec.SchedulingGates = nil
+				p.Finalizers = nil
+			},
+		},
+		{
+			name: "another webhook changes the spec",
+			change: func(p *corev1.Pod) {
+				p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}
+			},
+		},
+		{name: "caller's trace", annotations: map[string]string{podkeys.TraceparentAnnotation: caller}, change: func(*corev1.Pod) {}},
+		{
+			name:        "another webhook breaks a rule",
+			change:      func(p *corev1.Pod) { p.Labels[podkeys.PodGroupNameLabel] = "g" },
+			wantMessage: `Pod "p" is invalid: metadata.annotations[kueue.x-k8s.io/pod-group-total-count]: Required value: ` + validate.DetailGroupNeedsCount,
+		},
 	}
-	pod := testPod("team", map[string]string{podkeys.QueueNameLabel: "q"}, nil)
-	first := h.Handle(context.Background(), request(t, admissionv1.Create, pod, nil))
-	if !first.Allowed || len(first.Patches) == 0 {
-		t.Fatalf("first invocation = %+v, want a patch", first.AdmissionResponse)
-	}
-	mutated := applyPatches(t, pod, first.Patches)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m, reg := newMetrics(t)
+			tp := sdktrace.NewTracerProvider()
+			t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+			h, err := NewMutator(stubLookup{}, m, tp.Tracer("t"), propagation.TraceContext{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pod := testPod("team", map[string]string{podkeys.QueueNameLabel: "q"}, tc.annotations)
+			first := h.Handle(context.Background(), request(t, admissionv1.Create, pod, nil))
+			if !first.Allowed || len(first.Patches) == 0 {
+				t.Fatalf("first invocation = %+v, want a patch", first.AdmissionResponse)
+			}
+			marked := applyPatches(t, pod, first.Patches)
+			tc.change(marked)
 
-	second := h.Handle(context.Background(), request(t, admissionv1.Create, mutated, nil))
-	if !second.Allowed {
-		t.Fatalf("reinvocation refused: %+v", second.Result)
-	}
-	if again := applyPatches(t, mutated, second.Patches); !equality.Semantic.DeepEqual(again, mutated) {
-		t.Errorf("reinvocation changed the pod:\nbefore %+v\nafter  %+v", mutated.ObjectMeta, again.ObjectMeta)
+			second := h.Handle(context.Background(), request(t, admissionv1.Create, marked, nil))
+			if tc.wantMessage != "" {
+				if second.Allowed || second.Result == nil || second.Result.Message != tc.wantMessage {
+					t.Fatalf("reinvocation = %+v, want refusal %q", second.AdmissionResponse, tc.wantMessage)
+				}
+				return
+			}
+			if !second.Allowed {
+				t.Fatalf("reinvocation refused: %+v", second.Result)
+			}
+			final := applyPatches(t, marked, second.Patches)
+			if again := h.Handle(context.Background(), request(t, admissionv1.Create, final, nil)); len(again.Patches) != 0 {
+				t.Errorf("third invocation patched a fully marked pod: %+v", again.Patches)
+			}
+
+			want := marked.DeepCopy()
+			want.Labels[podkeys.ManagedLabel] = podkeys.ManagedLabelValue
+			if !slices.Contains(want.Finalizers, podkeys.ManagedFinalizer) {
+				want.Finalizers = append(want.Finalizers, podkeys.ManagedFinalizer)
+			}
+			if !slices.ContainsFunc(want.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == podkeys.AdmissionGate }) {
+				want.Spec.SchedulingGates = append(want.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: podkeys.AdmissionGate})
+			}
+			if !equality.Semantic.DeepEqual(final, want) {
+				t.Errorf("reinvocation made\n%+v\nwant\n%+v", final, want)
+			}
+			if got, was := final.Annotations[podkeys.TraceparentAnnotation], marked.Annotations[podkeys.TraceparentAnnotation]; got != was || got == caller {
+				t.Errorf("traceparent = %q after reinvocation, want the first invocation's %q", got, was)
+			}
+			if got := counter(t, reg, "sluice_webhook_pods_gated_total", ""); got != 1 {
+				t.Errorf("pods gated = %v after two invocations for one pod, want 1", got)
+			}
+		})
 	}
 }
 

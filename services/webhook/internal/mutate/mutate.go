@@ -1,8 +1,8 @@
 // Package mutate decides whether sluice queues a new pod and computes the
 // JSON patch that holds it for admission: queue label (when defaulted),
 // managed label, finalizer, scheduling gate, role hash and trace context.
-// The patch only adds what is missing, so it stays small and re-applying it
-// to an already mutated pod changes nothing but the trace context.
+// The patch only adds what is missing, so it stays small and is empty for a
+// pod that already carries every mark.
 package mutate
 
 import (
@@ -55,7 +55,8 @@ func Decide(pod *corev1.Pod, defaultExists func() (bool, error)) (Decision, erro
 }
 
 // Patch returns the JSON patch operations that mark a queued pod. traceparent
-// is the W3C trace context to stamp on the pod; empty leaves it out.
+// is the W3C trace context to stamp on the pod (replacing one it carries);
+// empty leaves it out.
 func Patch(pod *corev1.Pod, d Decision, traceparent string) ([]jsonpatch.JsonPatchOperation, error) {
 	labels := map[string]string{}
 	if d.Defaulted {
@@ -73,7 +74,7 @@ func Patch(pod *corev1.Pod, d Decision, traceparent string) ([]jsonpatch.JsonPat
 		}
 		annotations[podkeys.RoleHashAnnotation] = hash
 	}
-	if traceparent != "" {
+	if traceparent != "" && pod.Annotations[podkeys.TraceparentAnnotation] != traceparent {
 		annotations[podkeys.TraceparentAnnotation] = traceparent
 	}
 

@@ -209,13 +209,24 @@ func TestPatchIsIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Patch: %v", err)
 	}
-	// Only the trace context is stamped again; every other mark is present.
-	if len(ops) != 1 || ops[0].Path != "/metadata/annotations/sluice.dev~1traceparent" {
-		t.Errorf("second patch = %+v, want only the traceparent annotation", ops)
+	if len(ops) != 0 {
+		t.Errorf("second patch = %+v, want none: every mark is present", ops)
 	}
 	twice := apply(t, once, Decision{Queue: "q"})
 	if !equality.Semantic.DeepEqual(once, twice) {
 		t.Errorf("patching twice changed the pod:\n%+v\n%+v", once, twice)
+	}
+}
+
+func TestPatchReplacesTraceparent(t *testing.T) {
+	const other = "00-11111111111111111111111111111111-2222222222222222-01"
+	once := apply(t, newPod(map[string]string{podkeys.QueueNameLabel: "q"}), Decision{Queue: "q"})
+	ops, err := Patch(once, Decision{Queue: "q"}, other)
+	if err != nil {
+		t.Fatalf("Patch: %v", err)
+	}
+	if len(ops) != 1 || ops[0].Path != "/metadata/annotations/sluice.dev~1traceparent" || ops[0].Value != other {
+		t.Errorf("patch = %+v, want only the new traceparent", ops)
 	}
 }
 
