@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -20,6 +21,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/sluice-dev/sluice/pkg/podkeys"
 	"github.com/sluice-dev/sluice/pkg/rolehash"
@@ -135,30 +140,96 @@ func TestQueuedPodIsMarked(t *testing.T) {
 		t.Errorf("sluice_webhook_pods_gated_total = %v, want at least 2", v)
 	}
 
-	// One webhook round trip per creation: the API server called the
-	// mutating webhook for CREATE and never the validating one.
-	server, err := s.env.Metrics(ctx)
+	// One webhook round trip per creation: the API server calls the
+	// mutating webhook once for a valid pod's CREATE, and the validating
+	// webhook not at all.
+	beforeServer, beforeOwn := sluiceWebhookCalls(ctx, t), ownCalls(ctx, t)
+	one := newPod("team-a", "one-round-trip", map[string]string{podkeys.QueueNameLabel: "research"}, nil)
+	if err := s.client.Create(ctx, one); err != nil {
+		t.Fatalf("create pod: %v", err)
+	}
+	assertMarked(t, one, "research")
+	afterServer, afterOwn := sluiceWebhookCalls(ctx, t), ownCalls(ctx, t)
+	want := map[webhookCall]float64{{name: mutatingWebhook, operation: "CREATE"}: 1}
+	if got := subtractCalls(afterServer, beforeServer); !maps.Equal(got, want) {
+		t.Errorf("API server calls of sluice's webhooks for one pod CREATE = %v, want %v", got, want)
+	}
+	if got := subtractCalls(afterOwn, beforeOwn); !maps.Equal(got, map[string]float64{"mutating": 1}) {
+		t.Errorf("requests the webhook answered for one pod CREATE = %v, want one mutating", got)
+	}
+}
+
+const (
+	mutatingWebhook   = "mutate.pods.sluice.dev"
+	validatingWebhook = "validate.pods.sluice.dev"
+)
+
+// webhookCall identifies a series of apiserver_admission_webhook_request_total.
+type webhookCall struct{ name, operation string }
+
+// sluiceWebhookCalls returns how often the API server has called each of
+// sluice's webhooks, by operation.
+func sluiceWebhookCalls(ctx context.Context, t *testing.T) map[webhookCall]float64 {
+	t.Helper()
+	text, err := s.env.Metrics(ctx)
 	if err != nil {
 		t.Fatalf("read API server metrics: %v", err)
 	}
-	calls := func(webhook string) float64 {
-		var n float64
-		for _, line := range strings.Split(server, "\n") {
-			if strings.HasPrefix(line, "apiserver_admission_webhook_request_total{") &&
-				strings.Contains(line, `name="`+webhook+`"`) && strings.Contains(line, `operation="CREATE"`) {
-				fields := strings.Fields(line)
-				v, _ := strconv.ParseFloat(fields[len(fields)-1], 64)
-				n += v
+	out := map[webhookCall]float64{}
+	for _, m := range metricFamily(t, text, "apiserver_admission_webhook_request_total").GetMetric() {
+		var c webhookCall
+		for _, l := range m.GetLabel() {
+			switch l.GetName() {
+			case "name":
+				c.name = l.GetValue()
+			case "operation":
+				c.operation = l.GetValue()
 			}
 		}
-		return n
+		if c.name == mutatingWebhook || c.name == validatingWebhook {
+			out[c] += m.GetCounter().GetValue()
+		}
 	}
-	if n := calls("mutate.pods.sluice.dev"); n < 2 {
-		t.Errorf("API server called the mutating webhook %v times for CREATE, want at least 2", n)
+	return out
+}
+
+// ownCalls returns how many requests the webhook has answered, by webhook.
+func ownCalls(ctx context.Context, t *testing.T) map[string]float64 {
+	t.Helper()
+	text, err := s.webhook.Metrics(ctx)
+	if err != nil {
+		t.Fatalf("read webhook metrics: %v", err)
 	}
-	if n := calls("validate.pods.sluice.dev"); n != 0 {
-		t.Errorf("API server called the validating webhook %v times for CREATE, want 0", n)
+	out := map[string]float64{}
+	for _, m := range metricFamily(t, text, "sluice_webhook_admission_duration_seconds").GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "webhook" {
+				out[l.GetValue()] += float64(m.GetHistogram().GetSampleCount())
+			}
+		}
 	}
+	return out
+}
+
+func metricFamily(t *testing.T, text, name string) *dto.MetricFamily {
+	t.Helper()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(text))
+	if err != nil {
+		t.Fatalf("parse metrics: %v", err)
+	}
+	return families[name] // nil (no series) until the first sample
+}
+
+// subtractCalls returns after minus before, leaving out what did not change.
+func subtractCalls[K comparable](after, before map[K]float64) map[K]float64 {
+	out := map[K]float64{}
+	for k, v := range after {
+		if d := v - before[k]; d != 0 {
+			out[k] = d
+		}
+	}
+	return out
 }
 
 func TestPodsLeftAlone(t *testing.T) {
