@@ -142,8 +142,9 @@ func (a *Admitter) loadWorld(ctx context.Context) (*world, error) {
 	return w, nil
 }
 
-// queueActivity says whether cq can admit: it must not be stopped, and
-// every flavor and admission check it names must exist (and the checks be
+// queueActivity says whether cq can admit: it must not be stopped, its
+// quotas must not be negative (the schema cannot refuse those), and every
+// flavor and admission check it names must exist (and the checks be
 // active).
 func queueActivity(cq *v1alpha1.ClusterQueue, flavors map[string]*v1alpha1.ResourceFlavor, checks map[string]*v1alpha1.AdmissionCheck) (bool, string, string) {
 	if cq.Spec.StopPolicy != nil && *cq.Spec.StopPolicy != v1alpha1.None {
@@ -158,11 +159,17 @@ func queueActivity(cq *v1alpha1.ClusterQueue, flavors map[string]*v1alpha1.Resou
 		problems = append(problems, msg)
 	}
 	seen := map[string]bool{}
-	for _, rg := range cq.Spec.ResourceGroups {
-		for _, f := range rg.Flavors {
+	for i, rg := range cq.Spec.ResourceGroups {
+		for j, f := range rg.Flavors {
 			if flavors[f.Name] == nil && !seen[f.Name] {
 				seen[f.Name] = true
 				note("FlavorNotFound", fmt.Sprintf("resource flavor %s doesn't exist", f.Name))
+			}
+			for k, r := range f.Resources {
+				if r.NominalQuota.Sign() < 0 {
+					note("NegativeQuota", fmt.Sprintf("spec.resourceGroups[%d].flavors[%d].resources[%d].nominalQuota: %s must not be negative",
+						i, j, k, r.NominalQuota.String()))
+				}
 			}
 		}
 	}

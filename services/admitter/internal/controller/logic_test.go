@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -40,6 +41,8 @@ func TestQueueActivity(t *testing.T) {
 	checks := map[string]*v1alpha1.AdmissionCheck{"up": activeCheck("up", true), "down": activeCheck("down", false)}
 	stopped := cq("f")
 	stopped.Spec.StopPolicy = ptr.To(v1alpha1.Hold)
+	negative := cq("f")
+	negative.Spec.ResourceGroups[0].Flavors[0].Resources = []v1alpha1.ResourceQuota{{Name: "cpu", NominalQuota: resource.MustParse("-2")}}
 	tests := []struct {
 		name    string
 		cq      *v1alpha1.ClusterQueue
@@ -52,6 +55,7 @@ func TestQueueActivity(t *testing.T) {
 		{"missing check", cq("f", "nowhere"), false, "AdmissionCheckNotFound", "admission check nowhere doesn't exist"},
 		{"inactive check", cq("f", "down"), false, "AdmissionCheckInactive", "admission check down is not active: provider down"},
 		{"stopped", stopped, false, "Stopped", "stopPolicy Hold"},
+		{"negative quota", negative, false, "NegativeQuota", "spec.resourceGroups[0].flavors[0].resources[0].nominalQuota: -2 must not be negative"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
