@@ -2,6 +2,7 @@ package admitter
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -367,8 +368,10 @@ func TestRetryEvictsAndRequeuesWithANewReservation(t *testing.T) {
 	fake := fakecheck.StartT(t)
 	check := newCheck(ctx, t, fake.Target())
 	st := newSetup(ctx, t, queueOptions{cpu: "1", checks: []string{check}})
+	// retry_after leaves the test ample time to see the first eviction
+	// before the workload is requeued and asks the check again.
 	fake.SetAnswer(st.ns, "again", &checksv1.EvaluateResponse{
-		State: checksv1.State_STATE_RETRY, Message: "capacity revoked", RetryAfter: durationpb.New(time.Second),
+		State: checksv1.State_STATE_RETRY, Message: "capacity revoked", RetryAfter: durationpb.New(5 * time.Second),
 	})
 	submit(ctx, t, st.ns, "again", "1")
 	evicted := waitWorkload(ctx, t, st.ns, "again", "evicted", func(wl *v1alpha1.Workload) bool {
@@ -380,7 +383,7 @@ func TestRetryEvictsAndRequeuesWithANewReservation(t *testing.T) {
 	}
 	if evicted.Status.Admission != nil || evicted.Status.RequeueState == nil || *evicted.Status.RequeueState.Count != 1 ||
 		evicted.Status.RequeueState.RequeueAt == nil {
-		t.Fatalf("after eviction: admission %+v requeueState %+v", evicted.Status.Admission, evicted.Status.RequeueState)
+		t.Fatalf("after eviction: admission %+v requeueState %s", evicted.Status.Admission, describeRequeue(evicted.Status.RequeueState))
 	}
 	st0 := evicted.Status.AdmissionChecks[0]
 	if st0.State != v1alpha1.CheckStatePending || st0.RetryCount == nil || *st0.RetryCount != 1 {
@@ -451,4 +454,15 @@ func TestProviderDownKeepsTheWorkloadPendingAndSaysWhy(t *testing.T) {
 		c := condition(wl, v1alpha1.WorkloadAdmitted)
 		return c != nil && !isTrue(wl, v1alpha1.WorkloadAdmitted) && strings.Contains(c.Message, "invalid answer from the provider")
 	})
+}
+
+func describeRequeue(r *v1alpha1.RequeueState) string {
+	if r == nil {
+		return "nil"
+	}
+	count := "nil"
+	if r.Count != nil {
+		count = strconv.Itoa(int(*r.Count))
+	}
+	return fmt.Sprintf("{count %s, requeueAt %v}", count, r.RequeueAt)
 }
