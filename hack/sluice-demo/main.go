@@ -18,8 +18,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -47,11 +45,8 @@ func run(ctx context.Context, kubeconfig, podFile string) error {
 	if err != nil {
 		return err
 	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return err
-	}
-	if err := sluicev1alpha1.AddToScheme(scheme); err != nil {
+	scheme, err := kube.Scheme()
+	if err != nil {
 		return err
 	}
 	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})

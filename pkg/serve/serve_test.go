@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -203,5 +204,44 @@ func TestSignalContextCancelsOnSIGTERM(t *testing.T) {
 	case <-ctx.Done():
 	case <-time.After(10 * time.Second):
 		t.Fatal("context not cancelled after SIGTERM")
+	}
+}
+
+func TestListenAndRun(t *testing.T) {
+	// An address already taken is reported naming the flag.
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	err = NewServer(prometheus.NewRegistry()).ListenAndRun(context.Background(), logr.Discard(), taken.Addr().String())
+	if err == nil || !strings.Contains(err.Error(), "--http-addr "+taken.Addr().String()) {
+		t.Fatalf("ListenAndRun on a taken address: %v, want an error naming --http-addr", err)
+	}
+
+	// A free address is served until the context ends.
+	addr := taken.Addr().String()
+	taken.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- NewServer(prometheus.NewRegistry()).ListenAndRun(ctx, logr.Discard(), addr) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("/healthz = %d, want 200", resp.StatusCode)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/healthz never answered: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a port with a deadline
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("ListenAndRun after cancel = %v, want nil", err)
 	}
 }

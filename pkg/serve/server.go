@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -112,6 +113,17 @@ func (s *Server) checksHandler(endpoint string, checks func() []namedCheck) http
 		}
 		_, _ = w.Write([]byte(b.String()))
 	})
+}
+
+// ListenAndRun listens on addr (the --http-addr flag), logs where, and
+// serves as Run does.
+func (s *Server) ListenAndRun(ctx context.Context, log logr.Logger, addr string) error {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on --http-addr %s: %w", addr, err)
+	}
+	log.Info("serving probes and metrics", "addr", lis.Addr().String())
+	return s.Run(ctx, lis)
 }
 
 // Run serves on lis until ctx is done, then shuts the HTTP server down,

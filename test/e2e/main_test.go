@@ -9,11 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	sluicev1alpha1 "github.com/sluice-dev/sluice/pkg/api/v1alpha1"
+	"github.com/sluice-dev/sluice/pkg/kube"
 	"github.com/sluice-dev/sluice/test/harness"
 	"github.com/sluice-dev/sluice/test/testenv"
 )
@@ -34,11 +32,8 @@ func TestMain(m *testing.M) {
 			if sluice, err = harness.Start(ctx, e, harness.Options{BinDir: os.Getenv("SLUICE_SERVICES_BIN")}); err != nil {
 				return err
 			}
-			scheme := runtime.NewScheme()
-			if err := clientgoscheme.AddToScheme(scheme); err != nil {
-				return err
-			}
-			if err := sluicev1alpha1.AddToScheme(scheme); err != nil {
+			scheme, err := kube.Scheme()
+			if err != nil {
 				return err
 			}
 			k8s, err = client.New(e.Config, client.Options{Scheme: scheme})

@@ -16,7 +16,6 @@ import (
 	"golang.org/x/sync/errgroup"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -25,7 +24,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
-	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
+	"github.com/sluice-dev/sluice/pkg/kube"
 	"github.com/sluice-dev/sluice/pkg/rpc"
 	"github.com/sluice-dev/sluice/pkg/serve"
 	"github.com/sluice-dev/sluice/services/admitter/internal/checks"
@@ -90,16 +89,7 @@ type Config struct {
 
 // Scheme returns the scheme of the admitter's clients: client-go's kinds
 // and sluice.dev/v1alpha1.
-func Scheme() (*runtime.Scheme, error) {
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		return nil, fmt.Errorf("add client-go scheme: %w", err)
-	}
-	if err := v1alpha1.AddToScheme(s); err != nil {
-		return nil, fmt.Errorf("add sluice.dev/v1alpha1 scheme: %w", err)
-	}
-	return s, nil
-}
+func Scheme() (*runtime.Scheme, error) { return kube.Scheme() }
 
 // Run runs the admitter until ctx ends (nil then) or something fails,
 // such as the loss of the leader Lease.

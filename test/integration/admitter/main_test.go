@@ -17,12 +17,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
-	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
+	"github.com/sluice-dev/sluice/pkg/kube"
 	"github.com/sluice-dev/sluice/pkg/rpc"
 	"github.com/sluice-dev/sluice/pkg/telemetry"
 	"github.com/sluice-dev/sluice/services/admitter/app"
@@ -74,14 +72,10 @@ func setUp(env *testenv.Env) error {
 	if err := harness.InstallCRDs(ctx, env.Config); err != nil {
 		return err
 	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+	scheme, err := kube.Scheme()
+	if err != nil {
 		return err
 	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return err
-	}
-	var err error
 	if s.k8s, err = client.New(env.Config, client.Options{Scheme: scheme}); err != nil {
 		return fmt.Errorf("client: %w", err)
 	}

@@ -329,9 +329,9 @@ func (a *Admitter) Start(ctx context.Context) error {
 		g.Go(func() error { a.checkWorker(ctx); return nil })
 	}
 	g.Go(func() error { a.probeWorker(ctx); return nil })
-	g.Go(func() error { a.probeTicker(ctx); return nil })
-	g.Go(func() error { a.queueStatusLoop(ctx); return nil })
-	g.Go(func() error { a.summaryLoop(ctx); return nil })
+	g.Go(func() error { every(ctx, a.cfg.ProbeInterval, a.probeAll); return nil })
+	g.Go(func() error { every(ctx, a.cfg.StatusInterval, a.writeQueueStatuses); return nil })
+	g.Go(func() error { every(ctx, a.cfg.EventInterval, a.emitSummaries); return nil })
 	g.Go(func() error {
 		<-ctx.Done()
 		a.checkQ.ShutDown()

@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"sync"
-	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -45,23 +44,16 @@ func (s *summaries) take() map[string]*summary {
 	return out
 }
 
-func (a *Admitter) summaryLoop(ctx context.Context) {
-	t := time.NewTicker(a.cfg.EventInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+// emitSummaries writes one aggregated event per ClusterQueue for what it
+// admitted since the last call.
+func (a *Admitter) emitSummaries(ctx context.Context) {
+	for name, c := range a.summaries.take() {
+		var cq v1alpha1.ClusterQueue
+		if err := a.cfg.Cache.Get(ctx, client.ObjectKey{Name: name}, &cq); err != nil {
+			continue
 		}
-		for name, c := range a.summaries.take() {
-			var cq v1alpha1.ClusterQueue
-			if err := a.cfg.Cache.Get(ctx, client.ObjectKey{Name: name}, &cq); err != nil {
-				continue
-			}
-			a.cfg.Recorder.Eventf(&cq, nil, "Normal", "Admitted", "Admit",
-				"in the last %s: %d workloads admitted, %d more reserved quota and wait for admission checks",
-				a.cfg.EventInterval, c.admitted, c.reserved)
-		}
+		a.cfg.Recorder.Eventf(&cq, nil, "Normal", "Admitted", "Admit",
+			"in the last %s: %d workloads admitted, %d more reserved quota and wait for admission checks",
+			a.cfg.EventInterval, c.admitted, c.reserved)
 	}
 }

@@ -13,23 +13,14 @@ import (
 	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
 )
 
-// probeTicker asks every provider again each ProbeInterval.
-func (a *Admitter) probeTicker(ctx context.Context) {
-	t := time.NewTicker(a.cfg.ProbeInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		var acs v1alpha1.AdmissionCheckList
-		if err := a.cfg.Cache.List(ctx, &acs); err != nil {
-			continue
-		}
-		for _, ac := range acs.Items {
-			a.probeQ.Add(ac.Name)
-		}
+// probeAll queues every AdmissionCheck for a fresh probe of its provider.
+func (a *Admitter) probeAll(ctx context.Context) {
+	var acs v1alpha1.AdmissionCheckList
+	if err := a.cfg.Cache.List(ctx, &acs); err != nil {
+		return
+	}
+	for _, ac := range acs.Items {
+		a.probeQ.Add(ac.Name)
 	}
 }
 

@@ -15,7 +15,7 @@ import (
 )
 
 // queueStatus holds the ClusterQueue and LocalQueue statuses the last
-// cycle computed; queueStatusLoop writes those that differ from what the
+// cycle computed; writeQueueStatuses writes those that differ from what the
 // API server has, at most once per queue per StatusInterval.
 type queueStatus struct {
 	mu  sync.Mutex
@@ -90,16 +90,18 @@ func conditionStatus(active bool) metav1.ConditionStatus {
 	return metav1.ConditionFalse
 }
 
-func (a *Admitter) queueStatusLoop(ctx context.Context) {
-	t := time.NewTicker(a.cfg.StatusInterval)
+// every calls f each period until ctx is done, the first time one period
+// from now.
+func every(ctx context.Context, period time.Duration, f func(context.Context)) {
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			f(ctx)
 		}
-		a.writeQueueStatuses(ctx)
 	}
 }
 

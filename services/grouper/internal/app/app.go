@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync/atomic"
 	"time"
 
@@ -150,14 +149,7 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 		}
 		return nil
 	})
-	g.Go(func() error {
-		lis, err := net.Listen("tcp", cfg.HTTPAddr)
-		if err != nil {
-			return fmt.Errorf("listen on --http-addr %s: %w", cfg.HTTPAddr, err)
-		}
-		log.Info("serving probes and metrics", "addr", lis.Addr().String())
-		return probes.Run(gctx, lis)
-	})
+	g.Go(func() error { return probes.ListenAndRun(gctx, log, cfg.HTTPAddr) })
 	return g.Wait()
 }
 

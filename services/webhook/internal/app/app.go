@@ -182,14 +182,7 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 
 	g, gctx := errgroup.WithContext(serveCtx)
 	g.Go(func() error { return caches.Run(gctx) })
-	g.Go(func() error {
-		lis, err := net.Listen("tcp", cfg.HTTPAddr)
-		if err != nil {
-			return fmt.Errorf("listen on --http-addr %s: %w", cfg.HTTPAddr, err)
-		}
-		log.Info("serving probes and metrics", "addr", lis.Addr().String())
-		return probes.Run(gctx, lis)
-	})
+	g.Go(func() error { return probes.ListenAndRun(gctx, log, cfg.HTTPAddr) })
 	g.Go(func() error {
 		// Answer no admission request before the caches can answer it.
 		select {
