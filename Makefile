@@ -90,6 +90,7 @@ lint:
 .PHONY: unit
 unit: ## Unit tests (no control plane).
 	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v -e /test/)
+	$(GO) test $(TEST_FLAGS) -tags sluice_crashpoints ./pkg/crashpoint/
 
 .PHONY: integration
 integration: cluster-build ## Integration tests against a real API server.

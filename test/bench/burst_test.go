@@ -41,6 +41,13 @@ const (
 	workers = 32   // concurrent client workers, for sluice's burst and the raw baseline
 )
 
+// TestMain sets controller-runtime's logger, which RunMain would set: the
+// benchmark starts its control plane itself, with testenv.Start.
+func TestMain(m *testing.M) {
+	testenv.SetLogger(os.Stderr)
+	os.Exit(m.Run())
+}
+
 func BenchmarkBurstSinglePods(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/sluice-dev/sluice/test/testenv"
@@ -25,36 +26,41 @@ const pollInterval = 50 * time.Millisecond
 var Services = []string{"admitter", "checks", "grouper", "webhook"}
 
 // Build compiles the four service binaries into dir (go build's cache keeps
-// this quick after the first time).
-func Build(ctx context.Context, dir string) error {
+// this quick after the first time), with the given build tags if any.
+func Build(ctx context.Context, dir string, tags ...string) error {
 	pkgs := make([]string, len(Services))
 	for i, s := range Services {
 		pkgs[i] = "./services/" + s
 	}
-	return goBuild(ctx, dir+string(os.PathSeparator), pkgs...)
+	return goBuild(ctx, dir+string(os.PathSeparator), tags, pkgs...)
 }
 
 // BuildBinary compiles one command of the sluice module, named by its
 // package path relative to the module root (e.g. "./services/grouper"),
-// into dir and returns the binary's path.
-func BuildBinary(ctx context.Context, dir, pkg string) (string, error) {
+// with the given build tags if any, into dir and returns the binary's path.
+func BuildBinary(ctx context.Context, dir, pkg string, tags ...string) (string, error) {
 	bin := filepath.Join(dir, path.Base(pkg))
-	if err := goBuild(ctx, bin, pkg); err != nil {
+	if err := goBuild(ctx, bin, tags, pkg); err != nil {
 		return "", err
 	}
 	return bin, nil
 }
 
-// goBuild runs go build -o out pkgs... in the module root.
-func goBuild(ctx context.Context, out string, pkgs ...string) error {
+// goBuild runs go build [-tags tags] -o out pkgs... in the module root.
+func goBuild(ctx context.Context, out string, tags []string, pkgs ...string) error {
 	root, err := testenv.ModuleRoot()
 	if err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, "go", append([]string{"build", "-o", out}, pkgs...)...)
+	args := []string{"build"}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	args = append(args, "-o", out)
+	cmd := exec.CommandContext(ctx, "go", append(args, pkgs...)...)
 	cmd.Dir = root
 	if msg, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("building %v: %w\n%s", pkgs, err, msg)
+		return fmt.Errorf("building %v (tags %v): %w\n%s", pkgs, tags, err, msg)
 	}
 	return nil
 }

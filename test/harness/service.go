@@ -65,7 +65,12 @@ func NewService(name, bin string, args []string, httpAddr, logPath string) *Serv
 }
 
 // Start starts the process. It does not wait for readiness.
-func (s *Service) Start() error {
+func (s *Service) Start() error { return s.StartWithEnv() }
+
+// StartWithEnv starts the process with extra environment variables
+// ("KEY=value") for this start only: a later Start runs without them. A
+// crash test uses it to arm a crash point in one run of a service.
+func (s *Service) StartWithEnv(env ...string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	log, err := os.OpenFile(s.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -74,9 +79,12 @@ func (s *Service) Start() error {
 	}
 	defer log.Close() // the child has its own copy
 	fmt.Fprintf(log, "=== %s start %v\n", time.Now().Format(time.RFC3339Nano), s.args)
+	if len(env) > 0 {
+		fmt.Fprintf(log, "=== with environment %v\n", env)
+	}
 	cmd := exec.Command(s.bin, s.args...)
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.Env = append(os.Environ(), "OTEL_SERVICE_NAME=sluice-"+s.Name)
+	cmd.Env = append(append(os.Environ(), "OTEL_SERVICE_NAME=sluice-"+s.Name), env...)
 	if err := s.sp.Start(cmd); err != nil {
 		return fmt.Errorf("starting %s: %w", s.Name, err)
 	}
@@ -105,6 +113,37 @@ func (s *Service) Exited() (bool, error) {
 	default:
 		return false, nil
 	}
+}
+
+// WaitExited waits until the process has exited, or ctx ends; it returns
+// nil once the process is gone (or was never started), however it ended:
+// Exited and ExitSignal tell how.
+func (s *Service) WaitExited(ctx context.Context) error {
+	r := s.current()
+	if r == nil {
+		return nil
+	}
+	select {
+	case <-r.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%s still running: %w\n%s ends with:\n%s", s.Name, ctx.Err(), s.LogPath, s.Tail(20))
+	}
+}
+
+// ExitSignal returns the signal that ended the latest run, and false if
+// it is still running, exited by itself, or never started.
+func (s *Service) ExitSignal() (syscall.Signal, bool) {
+	exited, err := s.Exited()
+	var exit *exec.ExitError
+	if !exited || !errors.As(err, &exit) {
+		return 0, false
+	}
+	ws, ok := exit.Sys().(syscall.WaitStatus)
+	if !ok || !ws.Signaled() {
+		return 0, false
+	}
+	return ws.Signal(), true
 }
 
 // WaitReady polls /readyz until it answers 200 or ctx ends; it fails at

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -19,6 +20,10 @@ import (
 // /readyz and /metrics and exits 0 on SIGTERM, "bad-exit" exits 3 on
 // SIGTERM, "crash" exits 2 at once.
 const fakeServiceEnv = "SLUICE_HARNESS_FAKE_SERVICE"
+
+// fakeKillSelfEnv, set to anything, makes the fake service kill itself
+// with SIGKILL once up, as an armed crash point would.
+const fakeKillSelfEnv = "SLUICE_HARNESS_FAKE_KILL_SELF"
 
 func TestMain(m *testing.M) {
 	if mode := os.Getenv(fakeServiceEnv); mode != "" {
@@ -37,6 +42,11 @@ func fakeService(mode string) int {
 	if mode == "crash" {
 		fmt.Println("crashing")
 		return 2
+	}
+	if os.Getenv(fakeKillSelfEnv) != "" {
+		fmt.Println("killing myself")
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		time.Sleep(time.Minute) // never reached: the signal ends the process
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
@@ -146,6 +156,50 @@ func TestServiceFailures(t *testing.T) {
 	})
 }
 
+// A crash test starts a service once with a crash point armed, waits for
+// it to die, and starts it again without.
+func TestServiceStartWithEnvAndWaitExited(t *testing.T) {
+	ctx := testContext(t)
+	svc := newFake(t, "ok")
+	if err := svc.WaitExited(ctx); err != nil {
+		t.Errorf("WaitExited before Start = %v, want nil", err)
+	}
+	if err := svc.StartWithEnv(fakeKillSelfEnv + "=1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.WaitExited(ctx); err != nil {
+		t.Fatalf("WaitExited = %v, want nil once the fake killed itself", err)
+	}
+	if sig, ok := svc.ExitSignal(); !ok || sig != syscall.SIGKILL {
+		t.Errorf("ExitSignal = %v, %v; want SIGKILL, true", sig, ok)
+	}
+	if !strings.Contains(svc.Tail(100), "with environment ["+fakeKillSelfEnv+"=1]") {
+		t.Errorf("log does not record the extra environment:\n%s", svc.Tail(100))
+	}
+
+	// The environment was for one start only.
+	if err := svc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.WaitReady(ctx); err != nil {
+		t.Fatalf("restart without the environment: %v", err)
+	}
+	if sig, ok := svc.ExitSignal(); ok {
+		t.Errorf("ExitSignal = %v while running, want false", sig)
+	}
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if err := svc.WaitExited(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("WaitExited on a running service = %v, want its deadline", err)
+	}
+	if err := svc.Stop(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if sig, ok := svc.ExitSignal(); ok {
+		t.Errorf("ExitSignal = %v after a clean exit, want false", sig)
+	}
+}
+
 func TestPoll(t *testing.T) {
 	calls := 0
 	err := Poll(testContext(t), func() error {
@@ -187,5 +241,40 @@ func TestBuildBinary(t *testing.T) {
 	}
 	if _, err := BuildBinary(ctx, dir, "./test/testenv/cmd/missing"); err == nil || !strings.Contains(err.Error(), "missing") {
 		t.Errorf("BuildBinary of a missing package = %v, want an error naming it", err)
+	}
+}
+
+// Build tags reach the compiler: only the tagged build dies at its crash
+// point.
+func TestBuildBinaryTags(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go build")
+	}
+	ctx := testContext(t)
+	const pkg = "./test/harness/testdata/crashpoint"
+	plain, err := BuildBinary(ctx, t.TempDir(), pkg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tagged, err := BuildBinary(ctx, t.TempDir(), pkg, "sluice_crashpoints")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(bin string) (string, error) {
+		cmd := exec.CommandContext(ctx, bin)
+		cmd.Env = append(os.Environ(), "SLUICE_CRASHPOINT=harness/test")
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := run(plain); err != nil || !strings.Contains(out, "passed harness/test") {
+		t.Errorf("untagged build: %v, output %q; want it to pass the point", err, out)
+	}
+	out, err := run(tagged)
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Errorf("tagged build ended with %v, want SIGKILL; output %q", err, out)
+	}
+	if !strings.Contains(out, "crashpoint harness/test: killing the process") {
+		t.Errorf("tagged build's output %q does not name the crash point", out)
 	}
 }

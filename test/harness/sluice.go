@@ -28,6 +28,10 @@ type Options struct {
 	// BinDir holds prebuilt service binaries; empty builds them into a
 	// temporary directory.
 	BinDir string
+	// Tags are build tags for the services built when BinDir is empty
+	// (e.g. sluice_crashpoints). Prebuilt binaries cannot honour them, so
+	// setting both is an error.
+	Tags []string
 	// Args adds flags to a service, by service name.
 	Args map[string][]string
 }
@@ -41,6 +45,9 @@ type Sluice struct {
 // Start installs the CRDs and the system namespace, then starts the
 // services and waits until each is ready.
 func Start(ctx context.Context, env *testenv.Env, opts Options) (*Sluice, error) {
+	if opts.BinDir != "" && len(opts.Tags) > 0 {
+		return nil, fmt.Errorf("harness: build tags %v need BinDir empty: the binaries in %s were built without them", opts.Tags, opts.BinDir)
+	}
 	if err := InstallCRDs(ctx, env.Config); err != nil {
 		return nil, err
 	}
@@ -50,7 +57,7 @@ func Start(ctx context.Context, env *testenv.Env, opts Options) (*Sluice, error)
 	bin := opts.BinDir
 	if bin == "" {
 		bin = filepath.Join(env.Dir, "sluice-bin")
-		if err := Build(ctx, bin); err != nil {
+		if err := Build(ctx, bin, opts.Tags...); err != nil {
 			return nil, err
 		}
 	}

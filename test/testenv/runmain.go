@@ -28,8 +28,10 @@ const KubeconfigEnv = "KUBECONFIG"
 // No component outlives the test binary: Stop runs after the tests and on
 // SIGINT/SIGTERM, and the components die with the process if it is killed
 // or a test panics. When tests fail the component logs are kept and their
-// directory is printed.
+// directory is printed. It also sets controller-runtime's logger (see
+// SetLogger).
 func RunMain(m *testing.M, opts Options, setup ...func(*Env) error) int {
+	SetLogger(os.Stderr)
 	env, err := Start(context.Background(), opts)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "testenv: start control plane: %v\n", err)

@@ -118,6 +118,44 @@ type WorkloadStatus struct {
 	// +listType=map
 	// +listMapKey=name
 	ReclaimablePods []ReclaimablePod `json:"reclaimablePods,omitempty"`
+
+	// pendingReleases are the Release calls owed to admission-check
+	// providers for reservations the workload gave up. They are written in
+	// the same status write that gives the reservation up, so a crash never
+	// loses one; the admitter calls Release until the provider acknowledges
+	// it, and drops acknowledged entries with its next write of the status.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +listMapKey=reservationID
+	// +kubebuilder:validation:MaxItems=64
+	PendingReleases []PendingRelease `json:"pendingReleases,omitempty"`
+}
+
+// ReleaseReason says why a reservation was given up.
+// +kubebuilder:validation:Enum=Finished;Evicted;Deleted
+type ReleaseReason string
+
+const (
+	// ReleaseFinished: the workload ended.
+	ReleaseFinished ReleaseReason = "Finished"
+	// ReleaseEvicted: the workload lost its reservation and queues again.
+	ReleaseEvicted ReleaseReason = "Evicted"
+	// ReleaseDeleted: the Workload was deleted.
+	ReleaseDeleted ReleaseReason = "Deleted"
+)
+
+// PendingRelease is a Release owed to one admission check's provider.
+type PendingRelease struct {
+	// name of the AdmissionCheck.
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// reservationID of the reservation released; the provider sees the
+	// evaluation key "<workload uid>/<reservationID>".
+	// +kubebuilder:validation:MaxLength=64
+	ReservationID string `json:"reservationID"`
+	// reason the reservation was given up.
+	Reason ReleaseReason `json:"reason"`
 }
 
 // Admission is a quota reservation.
@@ -265,9 +303,16 @@ const (
 	WorkloadAdmitted = "Admitted"
 	// WorkloadFinished is True once the workload ended; its reason says how.
 	WorkloadFinished = "Finished"
-	// WorkloadEvicted is True when the workload lost its admission.
+	// WorkloadEvicted is True when the workload lost its admission. While
+	// status.admission is still set the eviction is in progress: the quota
+	// stays reserved until the workload's pods have stopped.
 	WorkloadEvicted = "Evicted"
 )
+
+// ResourceInUseFinalizer is on every Workload the admitter creates. It keeps
+// a deleted Workload until its pods are gone and its checks released, so a
+// deletion can never be lost or undone by a resubmission.
+const ResourceInUseFinalizer = "sluice.dev/resource-in-use"
 
 // Workload condition reasons.
 const (
@@ -291,6 +336,11 @@ const (
 	ReasonAdmissionCheck = "AdmissionCheck"
 	// ReasonInactive: evicted because spec.active was set to false.
 	ReasonInactive = "Inactive"
+	// ReasonQueueChanged: evicted because its pods moved to another
+	// LocalQueue.
+	ReasonQueueChanged = "QueueChanged"
+	// ReasonEvicting: quota is held until the evicted pods stop.
+	ReasonEvicting = "EvictionInProgress"
 )
 
 // +genclient

@@ -35,6 +35,8 @@ type fakeAdmitter struct {
 	epoch        int
 	seq          int
 	inForce      map[string]*admitterv1.Decision
+	queues       map[string]string // the queue each workload waits in
+	updates      []*admitterv1.UpdateWorkloadRequest
 	stream       *fakeStream
 }
 
@@ -51,7 +53,7 @@ type fakeStream struct {
 }
 
 func startFakeAdmitter() (*fakeAdmitter, error) {
-	f := &fakeAdmitter{epoch: 1, inForce: map[string]*admitterv1.Decision{}}
+	f := &fakeAdmitter{epoch: 1, inForce: map[string]*admitterv1.Decision{}, queues: map[string]string{}}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("fake admitter: listen: %w", err)
@@ -80,10 +82,36 @@ func (f *fakeAdmitter) SubmitWorkload(ctx context.Context, req *admitterv1.Submi
 		}
 	}
 	f.submissions = append(f.submissions, recordedSubmit{req: req, traceparent: tp})
+	ref := req.GetWorkload().GetRef()
+	k := ref.GetNamespace() + "/" + ref.GetName()
 	if !created {
-		return nil, status.Error(codes.AlreadyExists, "workload exists")
+		return &admitterv1.SubmitWorkloadResponse{Uid: "wl-uid", QueueName: f.queues[k]}, nil
 	}
-	return &admitterv1.SubmitWorkloadResponse{Uid: "wl-uid", Created: true}, nil
+	f.queues[k] = req.GetWorkload().GetQueueName()
+	return &admitterv1.SubmitWorkloadResponse{Uid: "wl-uid", Created: true, QueueName: f.queues[k]}, nil
+}
+
+func (f *fakeAdmitter) UpdateWorkload(_ context.Context, req *admitterv1.UpdateWorkloadRequest) (*admitterv1.UpdateWorkloadResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.updates = append(f.updates, req)
+	k := req.GetWorkload().GetNamespace() + "/" + req.GetWorkload().GetName()
+	changed := f.queues[k] != req.GetQueueName()
+	f.queues[k] = req.GetQueueName()
+	return &admitterv1.UpdateWorkloadResponse{Changed: changed}, nil
+}
+
+// updatesFor returns the UpdateWorkload calls for workload name.
+func (f *fakeAdmitter) updatesFor(name string) []*admitterv1.UpdateWorkloadRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*admitterv1.UpdateWorkloadRequest
+	for _, u := range f.updates {
+		if u.GetWorkload().GetName() == name {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 func (f *fakeAdmitter) ReportProgress(_ context.Context, req *admitterv1.ReportProgressRequest) (*admitterv1.ReportProgressResponse, error) {

@@ -20,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
 	sluicev1 "github.com/sluice-dev/sluice/gen/sluice/v1"
@@ -221,28 +222,156 @@ func TestGatedPodDeleted(t *testing.T) {
 }
 
 // TestEvict: an evicted workload's ungated pod is marked and deleted, then
-// released and reported failed.
+// released and reported failed; once no pod runs, the workload is reported
+// stopped for the evicted reservation.
 func TestEvict(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	pod := createPod(ctx, t, "evicted")
 	name := workloadName(pod)
 	ref := &sluicev1.WorkloadRef{Namespace: namespace, Name: name}
-	s.admitter.push(&admitterv1.Decision{Workload: ref, Action: admitterv1.Decision_ACTION_ADMIT, ClusterQueue: "cq"})
+	s.admitter.push(&admitterv1.Decision{Workload: ref, Action: admitterv1.Decision_ACTION_ADMIT, ClusterQueue: "cq", ReservationId: "r1"})
 	waitPod(ctx, t, pod.Name, "ungated", func(p *corev1.Pod) error {
 		if hasGate(p, podkeys.AdmissionGate) {
 			return errors.New("still gated")
 		}
 		return nil
 	})
-	s.admitter.push(&admitterv1.Decision{Workload: ref, Action: admitterv1.Decision_ACTION_EVICT, Message: "preempted by a higher priority workload"})
+	s.admitter.push(&admitterv1.Decision{Workload: ref, Action: admitterv1.Decision_ACTION_EVICT, ReservationId: "r1",
+		Message: "preempted by a higher priority workload"})
 	waitGone(ctx, t, pod.Name)
-	reports := s.admitter.reportsFor(name)
-	if len(reports) != 1 || reports[0].GetFinish().GetSucceeded() {
-		t.Errorf("reports = %v, want one finish{succeeded: false}", reports)
+	waitFor(ctx, t, "a stop report", func() error { return stoppedReported(name, "r1") })
+	var finishes []*admitterv1.ReportProgressRequest
+	for _, r := range s.admitter.reportsFor(name) {
+		if r.GetFinish() != nil {
+			finishes = append(finishes, r)
+		}
+	}
+	if len(finishes) != 1 || finishes[0].GetFinish().GetSucceeded() {
+		t.Errorf("finish reports = %v, want one finish{succeeded: false}", finishes)
 	}
 	waitFor(ctx, t, "a Stopped event", func() error {
 		return findEvent(ctx, pod.Name, "Stopped", "preempted")
+	})
+}
+
+// stoppedReported says whether workload name was reported stopped for
+// reservation, exactly once.
+func stoppedReported(name, reservation string) error {
+	n := 0
+	for _, r := range s.admitter.reportsFor(name) {
+		if r.GetStopped() != nil {
+			if got := r.GetStopped().GetReservationId(); got != reservation {
+				return fmt.Errorf("stopped reported for reservation %q, want %q", got, reservation)
+			}
+			n++
+		}
+	}
+	if n != 1 {
+		return fmt.Errorf("%d stop reports, want 1", n)
+	}
+	return nil
+}
+
+// TestEvictGatedPod: an eviction finds the pod still gated (the admission
+// never reached it): nothing to stop, so the workload is reported stopped
+// at once and the pod keeps waiting, gated, for the next admission.
+func TestEvictGatedPod(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pod := createPod(ctx, t, "evicted-gated")
+	name := workloadName(pod)
+	waitFor(ctx, t, "the workload submitted", func() error {
+		if len(s.admitter.submissionsFor(name)) == 0 {
+			return errors.New("not submitted")
+		}
+		return nil
+	})
+	ref := &sluicev1.WorkloadRef{Namespace: namespace, Name: name, Uid: "wl-uid"}
+	s.admitter.push(&admitterv1.Decision{Workload: ref, Action: admitterv1.Decision_ACTION_EVICT, ReservationId: "r7", Message: "deactivated"})
+	waitFor(ctx, t, "a stop report", func() error { return stoppedReported(name, "r7") })
+	p := getPod(ctx, t, pod.Name)
+	if !hasGate(p, podkeys.AdmissionGate) || p.DeletionTimestamp != nil || !slices.Contains(p.Finalizers, podkeys.ManagedFinalizer) {
+		t.Fatalf("pod after the eviction: gates %v, deleting %v, finalizers %v; want it untouched and gated",
+			p.Spec.SchedulingGates, p.DeletionTimestamp != nil, p.Finalizers)
+	}
+	if got := s.admitter.reportsFor(name)[0].GetWorkload().GetUid(); got != "wl-uid" {
+		t.Errorf("stop report names uid %q, want the decision's wl-uid", got)
+	}
+}
+
+// TestDeleteDecision: a deleted Workload takes its gated pod with it; the
+// pod is never submitted again, even after a new snapshot.
+func TestDeleteDecision(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pod := createPod(ctx, t, "workload-deleted")
+	name := workloadName(pod)
+	waitFor(ctx, t, "the workload submitted", func() error {
+		if len(s.admitter.submissionsFor(name)) == 0 {
+			return errors.New("not submitted")
+		}
+		return nil
+	})
+	ref := &sluicev1.WorkloadRef{Namespace: namespace, Name: name}
+	s.admitter.push(&admitterv1.Decision{Workload: ref, Action: admitterv1.Decision_ACTION_DELETE, Message: "the Workload was deleted"})
+	waitGone(ctx, t, pod.Name)
+	waitFor(ctx, t, "a stop report", func() error { return stoppedReported(name, "") })
+	if err := findEvent(ctx, pod.Name, "Stopped", "the Workload was deleted"); err != nil {
+		t.Error(err)
+	}
+	if n := len(s.admitter.submissionsFor(name)); n != 1 {
+		t.Errorf("workload submitted %d times, want once: a deleted workload is never submitted again", n)
+	}
+	s.admitter.push(&admitterv1.Decision{Workload: ref, Action: admitterv1.Decision_ACTION_FORGET})
+}
+
+// TestQueueChange: moving a gated pod to another LocalQueue moves its
+// workload there (UpdateWorkload), not a second submission path.
+func TestQueueChange(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pod := createPod(ctx, t, "moved")
+	name := workloadName(pod)
+	waitFor(ctx, t, "the workload submitted", func() error {
+		if len(s.admitter.submissionsFor(name)) == 0 {
+			return errors.New("not submitted")
+		}
+		return nil
+	})
+	patch := []byte(`{"metadata":{"labels":{"` + podkeys.QueueNameLabel + `":"other-queue"}}}`)
+	if _, err := s.cs.CoreV1().Pods(namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("change queue: %v", err)
+	}
+	waitFor(ctx, t, "the workload moved", func() error {
+		ups := s.admitter.updatesFor(name)
+		if len(ups) != 1 || ups[0].GetQueueName() != "other-queue" {
+			return fmt.Errorf("updates = %v, want one to other-queue", ups)
+		}
+		return nil
+	})
+}
+
+// TestSnapshotResubmits: after a snapshot (a new admitter epoch) every
+// gated pod without a decision is submitted again, so a submission the
+// admitter lost is never lost for good.
+func TestSnapshotResubmits(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pod := createPod(ctx, t, "resubmitted")
+	name := workloadName(pod)
+	waitFor(ctx, t, "the workload submitted", func() error {
+		if len(s.admitter.submissionsFor(name)) == 0 {
+			return errors.New("not submitted")
+		}
+		return nil
+	})
+	s.admitter.breakStream(true)
+	waitFor(ctx, t, "the workload submitted again", func() error {
+		if n := len(s.admitter.submissionsFor(name)); n < 2 {
+			return fmt.Errorf("%d submissions", n)
+		}
+		return nil
 	})
 }
 

@@ -428,6 +428,45 @@ func TestQueueOfRunningPodCannotChange(t *testing.T) {
 	}
 }
 
+// The grouper follows pods by the managed label: an update that removes it
+// must reach the validating webhook (its match conditions include the
+// label) and be refused, and so must one that changes it.
+func TestManagedLabelCannotBeRemoved(t *testing.T) {
+	ctx := testContext(t)
+	createNamespace(ctx, t, "team-g")
+	pod := newPod("team-g", "tracked", map[string]string{podkeys.QueueNameLabel: "q"}, nil)
+	if err := s.client.Create(ctx, pod); err != nil {
+		t.Fatalf("create pod: %v", err)
+	}
+	assertMarked(t, pod, "q")
+
+	const denied = `admission webhook "validate.pods.sluice.dev" denied the request: Pod "tracked" is invalid: metadata.labels[kueue.x-k8s.io/managed]: Forbidden: `
+	tests := []struct {
+		name  string
+		value string // JSON value of the label in the merge patch
+		want  string
+	}{
+		{name: "removed", value: "null", want: denied + "sluice tracks the pod by this label until it is deleted; it cannot be removed"},
+		{name: "changed", value: `"false"`, want: denied + `sluice sets this label itself; the only value allowed is "true"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%s}}}`, podkeys.ManagedLabel, tc.value)
+			err := s.client.Patch(ctx, pod.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(patch)))
+			if err == nil || err.Error() != tc.want {
+				t.Fatalf("patch managed label to %s: error %v\nwant %s", tc.value, err, tc.want)
+			}
+			got := &corev1.Pod{}
+			if err := s.client.Get(ctx, client.ObjectKeyFromObject(pod), got); err != nil {
+				t.Fatalf("get pod: %v", err)
+			}
+			if v := got.Labels[podkeys.ManagedLabel]; v != podkeys.ManagedLabelValue {
+				t.Errorf("managed label after refused patch = %q, want %q", v, podkeys.ManagedLabelValue)
+			}
+		})
+	}
+}
+
 // grantPodPatch lets a service account patch pods in namespace.
 func grantPodPatch(ctx context.Context, t *testing.T, namespace, saNamespace, sa string) {
 	t.Helper()

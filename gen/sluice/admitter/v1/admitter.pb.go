@@ -82,7 +82,7 @@ func (x WatchAdmissionsResponse_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WatchAdmissionsResponse_Kind.Descriptor instead.
 func (WatchAdmissionsResponse_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{7, 0}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{10, 0}
 }
 
 // Action to take on the pods.
@@ -93,12 +93,17 @@ const (
 	Decision_ACTION_UNSPECIFIED Decision_Action = 0
 	// ACTION_ADMIT: ungate every pod with its pod set's info.
 	Decision_ACTION_ADMIT Decision_Action = 1
-	// ACTION_EVICT: delete the workload's running pods; replacements come
-	// back gated.
+	// ACTION_EVICT: the workload lost its admission but still holds its
+	// quota. Delete its running pods (gated pods stay queued); once none
+	// runs, report Stopped. Replacements come back gated.
 	Decision_ACTION_EVICT Decision_Action = 2
-	// ACTION_FORGET: the decision no longer applies (workload finished or
-	// deleted); drop it.
+	// ACTION_FORGET: no decision is in force any more (the workload
+	// finished, its quota was released, or it is gone); drop it.
 	Decision_ACTION_FORGET Decision_Action = 3
+	// ACTION_DELETE: the Workload object is being deleted. Delete every pod
+	// of it, gated ones too, and never submit it again; once none is left,
+	// report Stopped.
+	Decision_ACTION_DELETE Decision_Action = 4
 )
 
 // Enum value maps for Decision_Action.
@@ -108,12 +113,14 @@ var (
 		1: "ACTION_ADMIT",
 		2: "ACTION_EVICT",
 		3: "ACTION_FORGET",
+		4: "ACTION_DELETE",
 	}
 	Decision_Action_value = map[string]int32{
 		"ACTION_UNSPECIFIED": 0,
 		"ACTION_ADMIT":       1,
 		"ACTION_EVICT":       2,
 		"ACTION_FORGET":      3,
+		"ACTION_DELETE":      4,
 	}
 )
 
@@ -141,7 +148,7 @@ func (x Decision_Action) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Decision_Action.Descriptor instead.
 func (Decision_Action) EnumDescriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{8, 0}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{11, 0}
 }
 
 // SubmitWorkloadRequest carries the workload to queue.
@@ -196,7 +203,11 @@ type SubmitWorkloadResponse struct {
 	// uid of the Workload object.
 	Uid string `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
 	// created is false when the workload already existed.
-	Created       bool `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
+	Created bool `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
+	// queue_name is the LocalQueue the existing workload waits in. When it
+	// differs from the one submitted, the pods changed queue since the
+	// workload was created: the grouper calls UpdateWorkload.
+	QueueName     string `protobuf:"bytes,3,opt,name=queue_name,json=queueName,proto3" json:"queue_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -245,6 +256,115 @@ func (x *SubmitWorkloadResponse) GetCreated() bool {
 	return false
 }
 
+func (x *SubmitWorkloadResponse) GetQueueName() string {
+	if x != nil {
+		return x.QueueName
+	}
+	return ""
+}
+
+// UpdateWorkloadRequest names a workload and what it must look like.
+type UpdateWorkloadRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// workload to update. Its uid, when set, must match: an update meant for
+	// an older workload of the same name changes nothing.
+	Workload *v1.WorkloadRef `protobuf:"bytes,1,opt,name=workload,proto3" json:"workload,omitempty"`
+	// queue_name is the LocalQueue the workload must wait in.
+	QueueName     string `protobuf:"bytes,2,opt,name=queue_name,json=queueName,proto3" json:"queue_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateWorkloadRequest) Reset() {
+	*x = UpdateWorkloadRequest{}
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateWorkloadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateWorkloadRequest) ProtoMessage() {}
+
+func (x *UpdateWorkloadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateWorkloadRequest.ProtoReflect.Descriptor instead.
+func (*UpdateWorkloadRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *UpdateWorkloadRequest) GetWorkload() *v1.WorkloadRef {
+	if x != nil {
+		return x.Workload
+	}
+	return nil
+}
+
+func (x *UpdateWorkloadRequest) GetQueueName() string {
+	if x != nil {
+		return x.QueueName
+	}
+	return ""
+}
+
+// UpdateWorkloadResponse says what the update did.
+type UpdateWorkloadResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// changed is false when the workload already matched.
+	Changed       bool `protobuf:"varint,1,opt,name=changed,proto3" json:"changed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateWorkloadResponse) Reset() {
+	*x = UpdateWorkloadResponse{}
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateWorkloadResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateWorkloadResponse) ProtoMessage() {}
+
+func (x *UpdateWorkloadResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateWorkloadResponse.ProtoReflect.Descriptor instead.
+func (*UpdateWorkloadResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *UpdateWorkloadResponse) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
+}
+
 // ReportProgressRequest reports a workload's pods.
 type ReportProgressRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -254,14 +374,19 @@ type ReportProgressRequest struct {
 	// only grow; a lower count than already recorded is ignored.
 	SucceededPods map[string]int32 `protobuf:"bytes,2,rep,name=succeeded_pods,json=succeededPods,proto3" json:"succeeded_pods,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// finish, when set, ends the workload and releases its quota.
-	Finish        *Finish `protobuf:"bytes,3,opt,name=finish,proto3" json:"finish,omitempty"`
+	Finish *Finish `protobuf:"bytes,3,opt,name=finish,proto3" json:"finish,omitempty"`
+	// stopped, when set, says that no pod of the workload runs any more: the
+	// answer to an ACTION_EVICT or ACTION_DELETE decision. The admitter then
+	// releases the quota the evicted workload held (and requeues it), or lets
+	// a deleted workload go.
+	Stopped       *Stopped `protobuf:"bytes,4,opt,name=stopped,proto3" json:"stopped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReportProgressRequest) Reset() {
 	*x = ReportProgressRequest{}
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[2]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -273,7 +398,7 @@ func (x *ReportProgressRequest) String() string {
 func (*ReportProgressRequest) ProtoMessage() {}
 
 func (x *ReportProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[2]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -286,7 +411,7 @@ func (x *ReportProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressRequest.ProtoReflect.Descriptor instead.
 func (*ReportProgressRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{2}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ReportProgressRequest) GetWorkload() *v1.WorkloadRef {
@@ -310,6 +435,61 @@ func (x *ReportProgressRequest) GetFinish() *Finish {
 	return nil
 }
 
+func (x *ReportProgressRequest) GetStopped() *Stopped {
+	if x != nil {
+		return x.Stopped
+	}
+	return nil
+}
+
+// Stopped says that a workload's pods have stopped.
+type Stopped struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// reservation_id is the one of the ACTION_EVICT decision answered, so a
+	// late answer to an earlier eviction cannot release a later reservation.
+	// Empty for ACTION_DELETE.
+	ReservationId string `protobuf:"bytes,1,opt,name=reservation_id,json=reservationId,proto3" json:"reservation_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Stopped) Reset() {
+	*x = Stopped{}
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Stopped) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Stopped) ProtoMessage() {}
+
+func (x *Stopped) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Stopped.ProtoReflect.Descriptor instead.
+func (*Stopped) Descriptor() ([]byte, []int) {
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Stopped) GetReservationId() string {
+	if x != nil {
+		return x.ReservationId
+	}
+	return ""
+}
+
 // Finish is how a workload ended.
 type Finish struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -323,7 +503,7 @@ type Finish struct {
 
 func (x *Finish) Reset() {
 	*x = Finish{}
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[3]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -335,7 +515,7 @@ func (x *Finish) String() string {
 func (*Finish) ProtoMessage() {}
 
 func (x *Finish) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[3]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -348,7 +528,7 @@ func (x *Finish) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Finish.ProtoReflect.Descriptor instead.
 func (*Finish) Descriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{3}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Finish) GetSucceeded() bool {
@@ -374,7 +554,7 @@ type ReportProgressResponse struct {
 
 func (x *ReportProgressResponse) Reset() {
 	*x = ReportProgressResponse{}
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[4]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -386,7 +566,7 @@ func (x *ReportProgressResponse) String() string {
 func (*ReportProgressResponse) ProtoMessage() {}
 
 func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[4]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -399,7 +579,7 @@ func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressResponse.ProtoReflect.Descriptor instead.
 func (*ReportProgressResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{4}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{7}
 }
 
 // WatchAdmissionsRequest opens the decision stream.
@@ -417,7 +597,7 @@ type WatchAdmissionsRequest struct {
 
 func (x *WatchAdmissionsRequest) Reset() {
 	*x = WatchAdmissionsRequest{}
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[5]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -429,7 +609,7 @@ func (x *WatchAdmissionsRequest) String() string {
 func (*WatchAdmissionsRequest) ProtoMessage() {}
 
 func (x *WatchAdmissionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[5]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -442,7 +622,7 @@ func (x *WatchAdmissionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAdmissionsRequest.ProtoReflect.Descriptor instead.
 func (*WatchAdmissionsRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{5}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *WatchAdmissionsRequest) GetResumeRevision() string {
@@ -473,7 +653,7 @@ type Shard struct {
 
 func (x *Shard) Reset() {
 	*x = Shard{}
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[6]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -485,7 +665,7 @@ func (x *Shard) String() string {
 func (*Shard) ProtoMessage() {}
 
 func (x *Shard) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[6]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -498,7 +678,7 @@ func (x *Shard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shard.ProtoReflect.Descriptor instead.
 func (*Shard) Descriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{6}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Shard) GetIndex() uint32 {
@@ -530,7 +710,7 @@ type WatchAdmissionsResponse struct {
 
 func (x *WatchAdmissionsResponse) Reset() {
 	*x = WatchAdmissionsResponse{}
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[7]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -542,7 +722,7 @@ func (x *WatchAdmissionsResponse) String() string {
 func (*WatchAdmissionsResponse) ProtoMessage() {}
 
 func (x *WatchAdmissionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[7]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -555,7 +735,7 @@ func (x *WatchAdmissionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAdmissionsResponse.ProtoReflect.Descriptor instead.
 func (*WatchAdmissionsResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{7}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *WatchAdmissionsResponse) GetKind() WatchAdmissionsResponse_Kind {
@@ -591,14 +771,17 @@ type Decision struct {
 	// pod_set_infos to ungate each pod set with (ACTION_ADMIT).
 	PodSetInfos []*v1.PodSetInfo `protobuf:"bytes,4,rep,name=pod_set_infos,json=podSetInfos,proto3" json:"pod_set_infos,omitempty"`
 	// message explains the decision, for events on the pods.
-	Message       string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	Message string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	// reservation_id of the quota reservation decided on (ACTION_ADMIT and
+	// ACTION_EVICT); the grouper echoes it in Stopped.
+	ReservationId string `protobuf:"bytes,6,opt,name=reservation_id,json=reservationId,proto3" json:"reservation_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[8]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -610,7 +793,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[8]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -623,7 +806,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{8}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Decision) GetWorkload() *v1.WorkloadRef {
@@ -661,23 +844,41 @@ func (x *Decision) GetMessage() string {
 	return ""
 }
 
+func (x *Decision) GetReservationId() string {
+	if x != nil {
+		return x.ReservationId
+	}
+	return ""
+}
+
 var File_sluice_admitter_v1_admitter_proto protoreflect.FileDescriptor
 
 const file_sluice_admitter_v1_admitter_proto_rawDesc = "" +
 	"\n" +
 	"!sluice/admitter/v1/admitter.proto\x12\x12sluice.admitter.v1\x1a\x15sluice/v1/types.proto\"H\n" +
 	"\x15SubmitWorkloadRequest\x12/\n" +
-	"\bworkload\x18\x01 \x01(\v2\x13.sluice.v1.WorkloadR\bworkload\"D\n" +
+	"\bworkload\x18\x01 \x01(\v2\x13.sluice.v1.WorkloadR\bworkload\"c\n" +
 	"\x16SubmitWorkloadResponse\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x18\n" +
-	"\acreated\x18\x02 \x01(\bR\acreated\"\xa6\x02\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\x12\x1d\n" +
+	"\n" +
+	"queue_name\x18\x03 \x01(\tR\tqueueName\"j\n" +
+	"\x15UpdateWorkloadRequest\x122\n" +
+	"\bworkload\x18\x01 \x01(\v2\x16.sluice.v1.WorkloadRefR\bworkload\x12\x1d\n" +
+	"\n" +
+	"queue_name\x18\x02 \x01(\tR\tqueueName\"2\n" +
+	"\x16UpdateWorkloadResponse\x12\x18\n" +
+	"\achanged\x18\x01 \x01(\bR\achanged\"\xdd\x02\n" +
 	"\x15ReportProgressRequest\x122\n" +
 	"\bworkload\x18\x01 \x01(\v2\x16.sluice.v1.WorkloadRefR\bworkload\x12c\n" +
 	"\x0esucceeded_pods\x18\x02 \x03(\v2<.sluice.admitter.v1.ReportProgressRequest.SucceededPodsEntryR\rsucceededPods\x122\n" +
-	"\x06finish\x18\x03 \x01(\v2\x1a.sluice.admitter.v1.FinishR\x06finish\x1a@\n" +
+	"\x06finish\x18\x03 \x01(\v2\x1a.sluice.admitter.v1.FinishR\x06finish\x125\n" +
+	"\astopped\x18\x04 \x01(\v2\x1b.sluice.admitter.v1.StoppedR\astopped\x1a@\n" +
 	"\x12SucceededPodsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"@\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"0\n" +
+	"\aStopped\x12%\n" +
+	"\x0ereservation_id\x18\x01 \x01(\tR\rreservationId\"@\n" +
 	"\x06Finish\x12\x1c\n" +
 	"\tsucceeded\x18\x01 \x01(\bR\tsucceeded\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"\x18\n" +
@@ -696,21 +897,24 @@ const file_sluice_admitter_v1_admitter_proto_rawDesc = "" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rKIND_SNAPSHOT\x10\x01\x12\x15\n" +
 	"\x11KIND_SNAPSHOT_END\x10\x02\x12\x0f\n" +
-	"\vKIND_CHANGE\x10\x03\"\xce\x02\n" +
+	"\vKIND_CHANGE\x10\x03\"\x88\x03\n" +
 	"\bDecision\x122\n" +
 	"\bworkload\x18\x01 \x01(\v2\x16.sluice.v1.WorkloadRefR\bworkload\x12;\n" +
 	"\x06action\x18\x02 \x01(\x0e2#.sluice.admitter.v1.Decision.ActionR\x06action\x12#\n" +
 	"\rcluster_queue\x18\x03 \x01(\tR\fclusterQueue\x129\n" +
 	"\rpod_set_infos\x18\x04 \x03(\v2\x15.sluice.v1.PodSetInfoR\vpodSetInfos\x12\x18\n" +
-	"\amessage\x18\x05 \x01(\tR\amessage\"W\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\x12%\n" +
+	"\x0ereservation_id\x18\x06 \x01(\tR\rreservationId\"j\n" +
 	"\x06Action\x12\x16\n" +
 	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fACTION_ADMIT\x10\x01\x12\x10\n" +
 	"\fACTION_EVICT\x10\x02\x12\x11\n" +
-	"\rACTION_FORGET\x10\x032\xd1\x02\n" +
+	"\rACTION_FORGET\x10\x03\x12\x11\n" +
+	"\rACTION_DELETE\x10\x042\xba\x03\n" +
 	"\x0fAdmitterService\x12g\n" +
 	"\x0eSubmitWorkload\x12).sluice.admitter.v1.SubmitWorkloadRequest\x1a*.sluice.admitter.v1.SubmitWorkloadResponse\x12g\n" +
-	"\x0eReportProgress\x12).sluice.admitter.v1.ReportProgressRequest\x1a*.sluice.admitter.v1.ReportProgressResponse\x12l\n" +
+	"\x0eReportProgress\x12).sluice.admitter.v1.ReportProgressRequest\x1a*.sluice.admitter.v1.ReportProgressResponse\x12g\n" +
+	"\x0eUpdateWorkload\x12).sluice.admitter.v1.UpdateWorkloadRequest\x1a*.sluice.admitter.v1.UpdateWorkloadResponse\x12l\n" +
 	"\x0fWatchAdmissions\x12*.sluice.admitter.v1.WatchAdmissionsRequest\x1a+.sluice.admitter.v1.WatchAdmissionsResponse0\x01B@Z>github.com/sluice-dev/sluice/gen/sluice/admitter/v1;admitterv1b\x06proto3"
 
 var (
@@ -726,46 +930,53 @@ func file_sluice_admitter_v1_admitter_proto_rawDescGZIP() []byte {
 }
 
 var file_sluice_admitter_v1_admitter_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sluice_admitter_v1_admitter_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_sluice_admitter_v1_admitter_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_sluice_admitter_v1_admitter_proto_goTypes = []any{
 	(WatchAdmissionsResponse_Kind)(0), // 0: sluice.admitter.v1.WatchAdmissionsResponse.Kind
 	(Decision_Action)(0),              // 1: sluice.admitter.v1.Decision.Action
 	(*SubmitWorkloadRequest)(nil),     // 2: sluice.admitter.v1.SubmitWorkloadRequest
 	(*SubmitWorkloadResponse)(nil),    // 3: sluice.admitter.v1.SubmitWorkloadResponse
-	(*ReportProgressRequest)(nil),     // 4: sluice.admitter.v1.ReportProgressRequest
-	(*Finish)(nil),                    // 5: sluice.admitter.v1.Finish
-	(*ReportProgressResponse)(nil),    // 6: sluice.admitter.v1.ReportProgressResponse
-	(*WatchAdmissionsRequest)(nil),    // 7: sluice.admitter.v1.WatchAdmissionsRequest
-	(*Shard)(nil),                     // 8: sluice.admitter.v1.Shard
-	(*WatchAdmissionsResponse)(nil),   // 9: sluice.admitter.v1.WatchAdmissionsResponse
-	(*Decision)(nil),                  // 10: sluice.admitter.v1.Decision
-	nil,                               // 11: sluice.admitter.v1.ReportProgressRequest.SucceededPodsEntry
-	(*v1.Workload)(nil),               // 12: sluice.v1.Workload
-	(*v1.WorkloadRef)(nil),            // 13: sluice.v1.WorkloadRef
-	(*v1.PodSetInfo)(nil),             // 14: sluice.v1.PodSetInfo
+	(*UpdateWorkloadRequest)(nil),     // 4: sluice.admitter.v1.UpdateWorkloadRequest
+	(*UpdateWorkloadResponse)(nil),    // 5: sluice.admitter.v1.UpdateWorkloadResponse
+	(*ReportProgressRequest)(nil),     // 6: sluice.admitter.v1.ReportProgressRequest
+	(*Stopped)(nil),                   // 7: sluice.admitter.v1.Stopped
+	(*Finish)(nil),                    // 8: sluice.admitter.v1.Finish
+	(*ReportProgressResponse)(nil),    // 9: sluice.admitter.v1.ReportProgressResponse
+	(*WatchAdmissionsRequest)(nil),    // 10: sluice.admitter.v1.WatchAdmissionsRequest
+	(*Shard)(nil),                     // 11: sluice.admitter.v1.Shard
+	(*WatchAdmissionsResponse)(nil),   // 12: sluice.admitter.v1.WatchAdmissionsResponse
+	(*Decision)(nil),                  // 13: sluice.admitter.v1.Decision
+	nil,                               // 14: sluice.admitter.v1.ReportProgressRequest.SucceededPodsEntry
+	(*v1.Workload)(nil),               // 15: sluice.v1.Workload
+	(*v1.WorkloadRef)(nil),            // 16: sluice.v1.WorkloadRef
+	(*v1.PodSetInfo)(nil),             // 17: sluice.v1.PodSetInfo
 }
 var file_sluice_admitter_v1_admitter_proto_depIdxs = []int32{
-	12, // 0: sluice.admitter.v1.SubmitWorkloadRequest.workload:type_name -> sluice.v1.Workload
-	13, // 1: sluice.admitter.v1.ReportProgressRequest.workload:type_name -> sluice.v1.WorkloadRef
-	11, // 2: sluice.admitter.v1.ReportProgressRequest.succeeded_pods:type_name -> sluice.admitter.v1.ReportProgressRequest.SucceededPodsEntry
-	5,  // 3: sluice.admitter.v1.ReportProgressRequest.finish:type_name -> sluice.admitter.v1.Finish
-	8,  // 4: sluice.admitter.v1.WatchAdmissionsRequest.shard:type_name -> sluice.admitter.v1.Shard
-	0,  // 5: sluice.admitter.v1.WatchAdmissionsResponse.kind:type_name -> sluice.admitter.v1.WatchAdmissionsResponse.Kind
-	10, // 6: sluice.admitter.v1.WatchAdmissionsResponse.decisions:type_name -> sluice.admitter.v1.Decision
-	13, // 7: sluice.admitter.v1.Decision.workload:type_name -> sluice.v1.WorkloadRef
-	1,  // 8: sluice.admitter.v1.Decision.action:type_name -> sluice.admitter.v1.Decision.Action
-	14, // 9: sluice.admitter.v1.Decision.pod_set_infos:type_name -> sluice.v1.PodSetInfo
-	2,  // 10: sluice.admitter.v1.AdmitterService.SubmitWorkload:input_type -> sluice.admitter.v1.SubmitWorkloadRequest
-	4,  // 11: sluice.admitter.v1.AdmitterService.ReportProgress:input_type -> sluice.admitter.v1.ReportProgressRequest
-	7,  // 12: sluice.admitter.v1.AdmitterService.WatchAdmissions:input_type -> sluice.admitter.v1.WatchAdmissionsRequest
-	3,  // 13: sluice.admitter.v1.AdmitterService.SubmitWorkload:output_type -> sluice.admitter.v1.SubmitWorkloadResponse
-	6,  // 14: sluice.admitter.v1.AdmitterService.ReportProgress:output_type -> sluice.admitter.v1.ReportProgressResponse
-	9,  // 15: sluice.admitter.v1.AdmitterService.WatchAdmissions:output_type -> sluice.admitter.v1.WatchAdmissionsResponse
-	13, // [13:16] is the sub-list for method output_type
-	10, // [10:13] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	15, // 0: sluice.admitter.v1.SubmitWorkloadRequest.workload:type_name -> sluice.v1.Workload
+	16, // 1: sluice.admitter.v1.UpdateWorkloadRequest.workload:type_name -> sluice.v1.WorkloadRef
+	16, // 2: sluice.admitter.v1.ReportProgressRequest.workload:type_name -> sluice.v1.WorkloadRef
+	14, // 3: sluice.admitter.v1.ReportProgressRequest.succeeded_pods:type_name -> sluice.admitter.v1.ReportProgressRequest.SucceededPodsEntry
+	8,  // 4: sluice.admitter.v1.ReportProgressRequest.finish:type_name -> sluice.admitter.v1.Finish
+	7,  // 5: sluice.admitter.v1.ReportProgressRequest.stopped:type_name -> sluice.admitter.v1.Stopped
+	11, // 6: sluice.admitter.v1.WatchAdmissionsRequest.shard:type_name -> sluice.admitter.v1.Shard
+	0,  // 7: sluice.admitter.v1.WatchAdmissionsResponse.kind:type_name -> sluice.admitter.v1.WatchAdmissionsResponse.Kind
+	13, // 8: sluice.admitter.v1.WatchAdmissionsResponse.decisions:type_name -> sluice.admitter.v1.Decision
+	16, // 9: sluice.admitter.v1.Decision.workload:type_name -> sluice.v1.WorkloadRef
+	1,  // 10: sluice.admitter.v1.Decision.action:type_name -> sluice.admitter.v1.Decision.Action
+	17, // 11: sluice.admitter.v1.Decision.pod_set_infos:type_name -> sluice.v1.PodSetInfo
+	2,  // 12: sluice.admitter.v1.AdmitterService.SubmitWorkload:input_type -> sluice.admitter.v1.SubmitWorkloadRequest
+	6,  // 13: sluice.admitter.v1.AdmitterService.ReportProgress:input_type -> sluice.admitter.v1.ReportProgressRequest
+	4,  // 14: sluice.admitter.v1.AdmitterService.UpdateWorkload:input_type -> sluice.admitter.v1.UpdateWorkloadRequest
+	10, // 15: sluice.admitter.v1.AdmitterService.WatchAdmissions:input_type -> sluice.admitter.v1.WatchAdmissionsRequest
+	3,  // 16: sluice.admitter.v1.AdmitterService.SubmitWorkload:output_type -> sluice.admitter.v1.SubmitWorkloadResponse
+	9,  // 17: sluice.admitter.v1.AdmitterService.ReportProgress:output_type -> sluice.admitter.v1.ReportProgressResponse
+	5,  // 18: sluice.admitter.v1.AdmitterService.UpdateWorkload:output_type -> sluice.admitter.v1.UpdateWorkloadResponse
+	12, // 19: sluice.admitter.v1.AdmitterService.WatchAdmissions:output_type -> sluice.admitter.v1.WatchAdmissionsResponse
+	16, // [16:20] is the sub-list for method output_type
+	12, // [12:16] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_sluice_admitter_v1_admitter_proto_init() }
@@ -779,7 +990,7 @@ func file_sluice_admitter_v1_admitter_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_admitter_v1_admitter_proto_rawDesc), len(file_sluice_admitter_v1_admitter_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   10,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	AdmitterService_SubmitWorkload_FullMethodName  = "/sluice.admitter.v1.AdmitterService/SubmitWorkload"
 	AdmitterService_ReportProgress_FullMethodName  = "/sluice.admitter.v1.AdmitterService/ReportProgress"
+	AdmitterService_UpdateWorkload_FullMethodName  = "/sluice.admitter.v1.AdmitterService/UpdateWorkload"
 	AdmitterService_WatchAdmissions_FullMethodName = "/sluice.admitter.v1.AdmitterService/WatchAdmissions"
 )
 
@@ -41,8 +42,15 @@ type AdmitterServiceClient interface {
 	// ReportProgress records what happened to a workload's pods: pods that
 	// succeeded (their quota is released) and the end of the workload.
 	ReportProgress(ctx context.Context, in *ReportProgressRequest, opts ...grpc.CallOption) (*ReportProgressResponse, error)
+	// UpdateWorkload changes a submitted workload to match its pods: today
+	// the LocalQueue it waits in. A workload that holds quota loses it and
+	// queues again in the new LocalQueue. It never creates a workload.
+	UpdateWorkload(ctx context.Context, in *UpdateWorkloadRequest, opts ...grpc.CallOption) (*UpdateWorkloadResponse, error)
 	// WatchAdmissions streams the admitter's decisions: first a snapshot of
-	// every decision in force, then each change as it is persisted.
+	// every decision in force, then each change as it is persisted. The
+	// decisions in force are levels, not events: every workload whose pods
+	// must be in some state (admitted, evicting, deleted) has one, so a
+	// client that lost any message converges from the next snapshot.
 	WatchAdmissions(ctx context.Context, in *WatchAdmissionsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchAdmissionsResponse], error)
 }
 
@@ -68,6 +76,16 @@ func (c *admitterServiceClient) ReportProgress(ctx context.Context, in *ReportPr
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ReportProgressResponse)
 	err := c.cc.Invoke(ctx, AdmitterService_ReportProgress_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *admitterServiceClient) UpdateWorkload(ctx context.Context, in *UpdateWorkloadRequest, opts ...grpc.CallOption) (*UpdateWorkloadResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateWorkloadResponse)
+	err := c.cc.Invoke(ctx, AdmitterService_UpdateWorkload_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -106,8 +124,15 @@ type AdmitterServiceServer interface {
 	// ReportProgress records what happened to a workload's pods: pods that
 	// succeeded (their quota is released) and the end of the workload.
 	ReportProgress(context.Context, *ReportProgressRequest) (*ReportProgressResponse, error)
+	// UpdateWorkload changes a submitted workload to match its pods: today
+	// the LocalQueue it waits in. A workload that holds quota loses it and
+	// queues again in the new LocalQueue. It never creates a workload.
+	UpdateWorkload(context.Context, *UpdateWorkloadRequest) (*UpdateWorkloadResponse, error)
 	// WatchAdmissions streams the admitter's decisions: first a snapshot of
-	// every decision in force, then each change as it is persisted.
+	// every decision in force, then each change as it is persisted. The
+	// decisions in force are levels, not events: every workload whose pods
+	// must be in some state (admitted, evicting, deleted) has one, so a
+	// client that lost any message converges from the next snapshot.
 	WatchAdmissions(*WatchAdmissionsRequest, grpc.ServerStreamingServer[WatchAdmissionsResponse]) error
 	mustEmbedUnimplementedAdmitterServiceServer()
 }
@@ -124,6 +149,9 @@ func (UnimplementedAdmitterServiceServer) SubmitWorkload(context.Context, *Submi
 }
 func (UnimplementedAdmitterServiceServer) ReportProgress(context.Context, *ReportProgressRequest) (*ReportProgressResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportProgress not implemented")
+}
+func (UnimplementedAdmitterServiceServer) UpdateWorkload(context.Context, *UpdateWorkloadRequest) (*UpdateWorkloadResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateWorkload not implemented")
 }
 func (UnimplementedAdmitterServiceServer) WatchAdmissions(*WatchAdmissionsRequest, grpc.ServerStreamingServer[WatchAdmissionsResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchAdmissions not implemented")
@@ -185,6 +213,24 @@ func _AdmitterService_ReportProgress_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdmitterService_UpdateWorkload_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateWorkloadRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdmitterServiceServer).UpdateWorkload(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdmitterService_UpdateWorkload_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdmitterServiceServer).UpdateWorkload(ctx, req.(*UpdateWorkloadRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AdmitterService_WatchAdmissions_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchAdmissionsRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -210,6 +256,10 @@ var AdmitterService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReportProgress",
 			Handler:    _AdmitterService_ReportProgress_Handler,
+		},
+		{
+			MethodName: "UpdateWorkload",
+			Handler:    _AdmitterService_UpdateWorkload_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

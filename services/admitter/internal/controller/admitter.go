@@ -1,9 +1,11 @@
 // Package controller is the admitter's control loop: it keeps every
 // Workload in memory (from informer caches and its own writes), runs
 // batched scheduling cycles that reserve quota, drives the admission-check
-// phase, evicts and finishes workloads, publishes decisions on the stream
-// only after they are persisted, and keeps ClusterQueue, LocalQueue and
-// AdmissionCheck status up to date. It is the only writer of Workloads.
+// phase, evicts, finishes and lets deleted workloads go, owes and sends
+// the checks' Release calls, publishes the decisions in force on the
+// stream only after they are persisted, and keeps ClusterQueue,
+// LocalQueue and AdmissionCheck status up to date. It is the only writer
+// of Workloads.
 package controller
 
 import (
@@ -73,6 +75,8 @@ type Config struct {
 	// CheckWorkers is the number of workloads whose checks are evaluated
 	// at once.
 	CheckWorkers int
+	// ReleaseWorkers bounds the Release calls in flight.
+	ReleaseWorkers int
 	// StatusInterval is the least time between two status writes of one
 	// ClusterQueue or LocalQueue.
 	StatusInterval time.Duration
@@ -102,6 +106,9 @@ type Admitter struct {
 	timer     *time.Timer
 	checkQ    workqueue.TypedDelayingInterface[types.NamespacedName]
 	probeQ    workqueue.TypedDelayingInterface[string]
+	deletionQ workqueue.TypedRateLimitingInterface[types.NamespacedName]
+	releases  *releases
+	deletions *stoppedSet
 	progress  *progressTracker
 	queues    *queueStatus
 	summaries *summaries
@@ -118,6 +125,9 @@ func New(cfg Config) *Admitter {
 	if cfg.CheckWorkers <= 0 {
 		cfg.CheckWorkers = DefaultCheckWorkers
 	}
+	if cfg.ReleaseWorkers <= 0 {
+		cfg.ReleaseWorkers = DefaultReleaseWorkers
+	}
 	if cfg.StatusInterval <= 0 {
 		cfg.StatusInterval = DefaultStatusInterval
 	}
@@ -131,13 +141,17 @@ func New(cfg Config) *Admitter {
 		cfg.OnLeading = func() {}
 	}
 	return &Admitter{
-		cfg:           cfg,
-		log:           cfg.Log,
-		store:         newStore(),
-		locks:         newKeyLocks(),
-		trigger:       make(chan struct{}, 1),
-		checkQ:        workqueue.NewTypedDelayingQueue[types.NamespacedName](),
-		probeQ:        workqueue.NewTypedDelayingQueue[string](),
+		cfg:     cfg,
+		log:     cfg.Log,
+		store:   newStore(),
+		locks:   newKeyLocks(),
+		trigger: make(chan struct{}, 1),
+		checkQ:  workqueue.NewTypedDelayingQueue[types.NamespacedName](),
+		probeQ:  workqueue.NewTypedDelayingQueue[string](),
+		deletionQ: workqueue.NewTypedRateLimitingQueue(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[types.NamespacedName](100*time.Millisecond, 30*time.Second)),
+		releases:      newReleases(),
+		deletions:     newStoppedSet(),
 		progress:      newProgressTracker(),
 		queues:        newQueueStatus(),
 		summaries:     newSummaries(),
@@ -239,9 +253,8 @@ func (a *Admitter) observeDelete(obj any) {
 	a.forgetDecision(prev)
 	a.progress.forget(key)
 	a.forgetPendingWrite(key)
-	if a.leading.Load() && prev.Status.Admission != nil && !isFinished(prev) {
-		a.releaseChecks(prev, releaseDeleted)
-	}
+	a.releases.forget(key)
+	a.deletions.forget(key)
 	a.triggerCycle()
 }
 
@@ -259,6 +272,8 @@ func (a *Admitter) record(wl *v1alpha1.Workload) {
 	if needsCheckPhase(wl) && (prev == nil || prev.UID != wl.UID || reservationID(prev) != reservationID(wl) || !needsCheckPhase(prev)) {
 		a.checkQ.Add(types.NamespacedName{Namespace: wl.Namespace, Name: wl.Name})
 	}
+	a.releases.enqueue(wl)
+	a.watchDeletion(wl)
 	a.triggerCycle()
 }
 
@@ -312,6 +327,8 @@ func (a *Admitter) Start(ctx context.Context) error {
 		if needsCheckPhase(wl) {
 			a.checkQ.Add(types.NamespacedName{Namespace: wl.Namespace, Name: wl.Name})
 		}
+		a.releases.enqueue(wl)
+		a.watchDeletion(wl)
 	}
 	var acs v1alpha1.AdmissionCheckList
 	if err := a.cfg.Cache.List(ctx, &acs); err != nil {
@@ -328,6 +345,10 @@ func (a *Admitter) Start(ctx context.Context) error {
 	for range a.cfg.CheckWorkers {
 		g.Go(func() error { a.checkWorker(ctx); return nil })
 	}
+	for range a.cfg.ReleaseWorkers {
+		g.Go(func() error { a.releaseWorker(ctx); return nil })
+	}
+	g.Go(func() error { a.deletionWorker(ctx); return nil })
 	g.Go(func() error { a.probeWorker(ctx); return nil })
 	g.Go(func() error { every(ctx, a.cfg.ProbeInterval, a.probeAll); return nil })
 	g.Go(func() error { every(ctx, a.cfg.StatusInterval, a.writeQueueStatuses); return nil })
@@ -336,6 +357,8 @@ func (a *Admitter) Start(ctx context.Context) error {
 		<-ctx.Done()
 		a.checkQ.ShutDown()
 		a.probeQ.ShutDown()
+		a.releases.q.ShutDown()
+		a.deletionQ.ShutDown()
 		return nil
 	})
 	err := g.Wait()

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
@@ -17,6 +18,7 @@ import (
 
 	checksv1 "github.com/sluice-dev/sluice/gen/sluice/checks/v1"
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
+	"github.com/sluice-dev/sluice/pkg/crashpoint"
 	"github.com/sluice-dev/sluice/pkg/podkeys"
 	"github.com/sluice-dev/sluice/pkg/podset"
 	"github.com/sluice-dev/sluice/services/admitter/internal/checks"
@@ -82,58 +84,54 @@ func (a *Admitter) checkWorker(ctx context.Context) {
 // processChecks asks the checks that are due for the workload's current
 // reservation, records their answers in at most one status write, and acts
 // on them: admit when all are Ready, evict on Retry, deactivate on
-// Rejected. It returns when to look again (0: not needed).
+// Rejected, give the reservation up when the updates conflict. The
+// providers are called without holding the workload's lock, so progress
+// reports never wait for a slow provider; answers for a reservation that
+// is gone by then are dropped. It returns when to look again (0: not
+// needed).
 func (a *Admitter) processChecks(ctx context.Context, key types.NamespacedName) time.Duration {
-	unlock := a.locks.lock(key)
-	defer unlock()
-	orig := a.store.get(key)
-	if orig == nil || orig.Status.Admission == nil || isFinished(orig) {
-		a.progress.forget(key)
-		return 0
-	}
-	if !workload.IsActive(orig) {
-		err := a.evict(ctx, orig, orig, v1alpha1.ReasonInactive, "the workload was deactivated", 0)
-		return retryOnError(a, err, "evict inactive workload", key)
-	}
-	if isAdmitted(orig) {
-		a.progress.forget(key)
-		return 0
-	}
-	w, err := a.loadCatalog(ctx)
-	if err != nil {
-		a.log.Error(err, "check phase", "workload", key.String())
-		return time.Second
-	}
-	prog := a.progress.get(key, orig.Status.Admission.ReservationID)
-	now := time.Now()
-	conflict := false
-	if c := workload.Condition(orig, v1alpha1.WorkloadAdmitted); c != nil && c.Reason == v1alpha1.ReasonPodSetUpdateConflict {
-		conflict = true
-	}
-	var due []string
-	for _, st := range orig.Status.AdmissionChecks {
-		ask := st.State == v1alpha1.CheckStatePending || (conflict && st.State == v1alpha1.CheckStateReady)
-		if ask && !prog.due[st.Name].After(now) {
-			due = append(due, st.Name)
-		}
+	orig, due, w, after := a.dueChecks(ctx, key)
+	if orig == nil {
+		return after
 	}
 	answers := a.ask(ctx, orig, due, w)
 
-	wl := orig.DeepCopy()
+	unlock := a.locks.lock(key)
+	defer unlock()
+	cur := a.store.get(key)
+	if cur == nil || cur.UID != orig.UID || reservationID(cur) != reservationID(orig) || !workload.InCheckPhase(cur) || !workload.IsActive(cur) {
+		// The reservation moved on while the providers answered; whatever
+		// changed it queued another look.
+		return 0
+	}
+	prog := a.progress.get(key, reservationID(cur))
+	now := time.Now()
+	wl := cur.DeepCopy()
 	var retryAfter time.Duration
 	var rejected, retried []string
 	for _, name := range due {
 		ans := answers[name]
 		st := workload.CheckState(wl, name)
+		if st == nil {
+			continue
+		}
+		retryCount := int(ptr.Deref(st.RetryCount, 0))
 		applyAnswer(st, ans, metav1.NewTime(now))
 		ac := w.checks[name]
-		switch {
-		case ans.State == v1alpha1.CheckStateRejected:
+		switch ans.State {
+		case v1alpha1.CheckStateRejected:
 			rejected = append(rejected, name)
-		case ans.State == v1alpha1.CheckStateRetry:
+		case v1alpha1.CheckStateRetry:
 			retried = append(retried, name)
-			retryAfter = max(retryAfter, ans.RetryAfter)
-		case ans.State == v1alpha1.CheckStatePending || conflict:
+			wait := ans.RetryAfter
+			if wait <= 0 {
+				// No word from the provider: back off by the check's
+				// retry settings, so a provider answering Retry at once
+				// does not spin the workload through reserve and release.
+				wait = checks.Backoff(orEmpty(ac), retryCount)
+			}
+			retryAfter = max(retryAfter, wait)
+		case v1alpha1.CheckStatePending:
 			prog.due[name] = now.Add(nextAsk(ac, ans, prog.attempts[name]))
 			prog.attempts[name]++
 		default:
@@ -143,58 +141,89 @@ func (a *Admitter) processChecks(ctx context.Context, key types.NamespacedName) 
 
 	switch {
 	case len(rejected) > 0:
-		err := a.reject(ctx, orig, wl, rejected)
+		err := a.reject(ctx, cur, wl, rejected)
 		return retryOnError(a, err, "reject workload", key)
 	case len(retried) > 0:
 		msg := fmt.Sprintf("admission check %s answered Retry: %s", strings.Join(retried, ", "), checkMessages(wl, retried))
-		err := a.evict(ctx, orig, wl, v1alpha1.ReasonAdmissionCheck, msg, retryAfter)
+		err := a.evict(ctx, cur, wl, eviction{reason: v1alpha1.ReasonAdmissionCheck, message: msg, requeueAfter: retryAfter})
 		return retryOnError(a, err, "evict workload", key)
 	case allReady(wl):
-		return a.admitOrReportConflict(ctx, orig, wl, w, prog, now)
+		return a.admitOrRelease(ctx, cur, wl, w)
 	default:
 		workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadAdmitted, metav1.ConditionFalse, v1alpha1.ReasonWaitingForChecks,
 			waitingForChecksMessage(wl), wl.Generation)
-		if err := a.patchStatus(ctx, orig, wl, "check-state"); err != nil {
+		if err := a.patchStatus(ctx, cur, wl, "check-state"); err != nil {
 			return retryOnError(a, err, "record check states", key)
 		}
 		return nextDue(prog, wl, now)
 	}
 }
 
-// admitOrReportConflict merges the flavors and every check's updates; on
-// success it writes the check states, pod set infos and Admitted=True in
-// one write, otherwise it says what conflicts and asks the checks again
-// later.
-func (a *Admitter) admitOrReportConflict(ctx context.Context, orig, wl *v1alpha1.Workload, w *catalog, prog *progress, now time.Time) time.Duration {
+// dueChecks reads, under the workload's lock, the version the check phase
+// works from and the checks due to be asked. A nil workload means there is
+// nothing to ask; after then says when to look again. An inactive
+// workload still holding quota is evicted here.
+func (a *Admitter) dueChecks(ctx context.Context, key types.NamespacedName) (*v1alpha1.Workload, []string, *catalog, time.Duration) {
+	unlock := a.locks.lock(key)
+	defer unlock()
+	orig := a.store.get(key)
+	if orig == nil || orig.Status.Admission == nil || isFinished(orig) || isEvicting(orig) || isDeleting(orig) {
+		a.progress.forget(key)
+		return nil, nil, nil, 0
+	}
+	if !workload.IsActive(orig) {
+		err := a.evict(ctx, orig, orig, eviction{reason: v1alpha1.ReasonInactive, message: "the workload was deactivated"})
+		return nil, nil, nil, retryOnError(a, err, "evict inactive workload", key)
+	}
+	if isAdmitted(orig) {
+		a.progress.forget(key)
+		return nil, nil, nil, 0
+	}
+	w, err := a.loadCatalog(ctx)
+	if err != nil {
+		a.log.Error(err, "check phase", "workload", key.String())
+		return nil, nil, nil, time.Second
+	}
+	prog := a.progress.get(key, reservationID(orig))
+	now := time.Now()
+	var due []string
+	for _, st := range orig.Status.AdmissionChecks {
+		if st.State == v1alpha1.CheckStatePending && !prog.due[st.Name].After(now) {
+			due = append(due, st.Name)
+		}
+	}
+	if len(due) == 0 && !allReady(orig) {
+		return nil, nil, nil, nextDue(prog, orig, now)
+	}
+	return orig, due, w, 0
+}
+
+func orEmpty(ac *v1alpha1.AdmissionCheck) *v1alpha1.AdmissionCheck {
+	if ac == nil {
+		return &v1alpha1.AdmissionCheck{}
+	}
+	return ac
+}
+
+// admitOrRelease merges the flavors and every check's updates; on success
+// it writes the check states, pod set infos and Admitted=True in one
+// write. When the updates conflict, no answer can change without a new
+// reservation (Ready answers are final for theirs), so the reservation is
+// given up with the conflict in its conditions, and the workload queues
+// again after a backoff, when the checks are asked afresh.
+func (a *Admitter) admitOrRelease(ctx context.Context, orig, wl *v1alpha1.Workload, w *catalog) time.Duration {
 	key := workload.Key(wl)
 	infos, err := podset.MergeWorkload(wl, w.flavors)
 	if err != nil {
-		var conflict *podset.ConflictError
-		msg := err.Error()
-		if errors.As(err, &conflict) {
-			msg = fmt.Sprintf("pod set %s: %s", conflict.PodSet, conflict.Error())
-		}
-		prev := workload.Condition(orig, v1alpha1.WorkloadAdmitted)
-		workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadAdmitted, metav1.ConditionFalse, v1alpha1.ReasonPodSetUpdateConflict, msg, wl.Generation)
-		if err := a.patchStatus(ctx, orig, wl, "check-conflict"); err != nil {
-			return retryOnError(a, err, "record pod set update conflict", key)
-		}
-		if prev == nil || prev.Message != msg {
-			a.cfg.Recorder.Eventf(wl, nil, "Warning", v1alpha1.ReasonPodSetUpdateConflict, "Admit",
-				"not admitted: the admission checks' pod set updates conflict: %s", msg)
-		}
+		msg := conflictMessage(err)
+		var wait time.Duration
 		for _, st := range wl.Status.AdmissionChecks {
-			if _, ok := prog.due[st.Name]; !ok || !prog.due[st.Name].After(now) {
-				prog.due[st.Name] = now.Add(nextAsk(w.checks[st.Name], checks.Answer{}, prog.attempts[st.Name]))
-				prog.attempts[st.Name]++
-			}
+			wait = max(wait, checks.Backoff(orEmpty(w.checks[st.Name]), int(requeueCount(wl))))
 		}
-		if next := nextDue(prog, wl, now); next > 0 {
-			return next
-		}
-		// No check to ask: the flavors themselves conflict with the pods.
-		// Look again later in case a flavor changes.
-		return checks.DefaultMaxBackoff / 10
+		a.cfg.Recorder.Eventf(wl, nil, "Warning", v1alpha1.ReasonPodSetUpdateConflict, "Admit",
+			"not admitted: the admission checks' pod set updates conflict: %s", msg)
+		err := a.release(ctx, orig, wl, eviction{reason: v1alpha1.ReasonPodSetUpdateConflict, message: msg, requeueAfter: wait})
+		return retryOnError(a, err, "release conflicting workload", key)
 	}
 	wl.Status.PodSetInfos = infos
 	workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadAdmitted, metav1.ConditionTrue, v1alpha1.ReasonAdmitted,
@@ -202,9 +231,19 @@ func (a *Admitter) admitOrReportConflict(ctx context.Context, orig, wl *v1alpha1
 	if err := a.patchStatus(ctx, orig, wl, "admit"); err != nil {
 		return retryOnError(a, err, "admit workload", key)
 	}
+	crashpoint.Hit("admitter/admit")
 	a.progress.forget(key)
 	a.summaries.add(wl.Status.Admission.ClusterQueue, true)
 	return 0
+}
+
+// conflictMessage says what conflicts, naming the pod set when known.
+func conflictMessage(err error) string {
+	var conflict *podset.ConflictError
+	if errors.As(err, &conflict) {
+		return fmt.Sprintf("pod set %s: %s", conflict.PodSet, conflict.Error())
+	}
+	return err.Error()
 }
 
 // retryOnError logs err (unless it is a lost race) and asks for another
@@ -298,9 +337,14 @@ func applyAnswer(st *v1alpha1.AdmissionCheckState, ans checks.Answer, now metav1
 	}
 }
 
+// truncate cuts s to at most n bytes without splitting a UTF-8 character
+// (the API server refuses invalid UTF-8).
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n]
 }

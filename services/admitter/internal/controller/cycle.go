@@ -19,7 +19,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
+	"github.com/sluice-dev/sluice/pkg/crashpoint"
 	"github.com/sluice-dev/sluice/pkg/podset"
+	"github.com/sluice-dev/sluice/services/admitter/internal/checks"
 	"github.com/sluice-dev/sluice/services/admitter/internal/queue"
 	"github.com/sluice-dev/sluice/services/admitter/internal/quota"
 	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
@@ -252,7 +254,7 @@ func (a *Admitter) cycle(ctx context.Context) {
 			}
 			continue
 		}
-		if !workload.IsActive(wl) {
+		if !workload.IsActive(wl) || isDeleting(wl) {
 			continue
 		}
 		if lq == nil {
@@ -442,19 +444,26 @@ func (a *Admitter) reserve(ctx context.Context, r reservation) error {
 	if len(r.checks) == 0 {
 		infos, err := podset.MergeWorkload(wl, r.flavors)
 		if err != nil {
-			workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadAdmitted, metav1.ConditionFalse, v1alpha1.ReasonPodSetUpdateConflict, err.Error(), gen)
-		} else {
-			wl.Status.PodSetInfos = infos
-			workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadAdmitted, metav1.ConditionTrue, v1alpha1.ReasonAdmitted,
-				"Admitted in ClusterQueue "+r.cq.Name, gen)
-			admitted = true
+			// The flavors contradict the pods: no quota is held for a
+			// workload that cannot start. Look again after a backoff, in
+			// case a flavor changes.
+			return a.refuseConflict(ctx, orig, err)
 		}
+		wl.Status.PodSetInfos = infos
+		workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadAdmitted, metav1.ConditionTrue, v1alpha1.ReasonAdmitted,
+			"Admitted in ClusterQueue "+r.cq.Name, gen)
+		admitted = true
 	} else {
 		workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadAdmitted, metav1.ConditionFalse, v1alpha1.ReasonWaitingForChecks,
 			waitingForChecksMessage(wl), gen)
 	}
 	if err := a.patchStatus(ctx, orig, wl, "reserve"); err != nil {
 		return err
+	}
+	if admitted {
+		crashpoint.Hit("admitter/admit")
+	} else {
+		crashpoint.Hit("admitter/reserve")
 	}
 	a.cfg.Metrics.CycleReserved.Inc()
 	a.forgetPendingWrite(workload.Key(wl))
@@ -480,6 +489,30 @@ func pendingChecks(orig *v1alpha1.Workload, names []string, now metav1.Time) []v
 		out = append(out, st)
 	}
 	return out
+}
+
+// refuseConflict leaves a workload whose flavors contradict its pods
+// waiting, with the conflict in its conditions and a requeue backoff.
+func (a *Admitter) refuseConflict(ctx context.Context, orig *v1alpha1.Workload, cause error) error {
+	wl := orig.DeepCopy()
+	msg := conflictMessage(cause)
+	gen := wl.Generation
+	workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadQuotaReserved, metav1.ConditionFalse, v1alpha1.ReasonPending,
+		"cannot start: "+msg, gen)
+	workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadAdmitted, metav1.ConditionFalse, v1alpha1.ReasonPodSetUpdateConflict, msg, gen)
+	setRequeue(wl, checks.Backoff(&v1alpha1.AdmissionCheck{}, int(requeueCount(orig))))
+	if err := a.patchStatus(ctx, orig, wl, "conflict"); err != nil {
+		return err
+	}
+	a.cfg.Recorder.Eventf(wl, nil, "Warning", v1alpha1.ReasonPodSetUpdateConflict, "Admit", "not admitted: %s", msg)
+	return nil
+}
+
+func requeueCount(wl *v1alpha1.Workload) int32 {
+	if rs := wl.Status.RequeueState; rs != nil && rs.Count != nil {
+		return *rs.Count
+	}
+	return 0
 }
 
 // markWaiting records why wl waits in its QuotaReserved condition.
@@ -510,6 +543,8 @@ func (a *Admitter) patchStatus(ctx context.Context, orig, wl *v1alpha1.Workload,
 	if equality.Semantic.DeepEqual(orig.Status, wl.Status) {
 		return nil
 	}
+	// Acknowledged Releases ride out with whatever this write changes.
+	a.releases.prune(&wl.Status, wl)
 	patch := client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})
 	if err := a.cfg.Client.Status().Patch(ctx, wl, patch, client.FieldOwner(FieldOwner)); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {

@@ -1,14 +1,9 @@
 package controller
 
 import (
-	"context"
-	"time"
-
 	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
-	checksv1 "github.com/sluice-dev/sluice/gen/sluice/checks/v1"
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 	"github.com/sluice-dev/sluice/pkg/podset"
-	"github.com/sluice-dev/sluice/services/admitter/internal/checks"
 	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
 )
 
@@ -16,30 +11,38 @@ import (
 var (
 	isFinished = workload.IsFinished
 	isAdmitted = workload.IsAdmitted
+	isEvicting = workload.IsEvicting
+	isDeleting = workload.IsDeleting
 )
 
-func reservationID(wl *v1alpha1.Workload) string {
-	if wl.Status.Admission == nil {
-		return ""
-	}
-	return wl.Status.Admission.ReservationID
-}
+func reservationID(wl *v1alpha1.Workload) string { return workload.ReservationID(wl) }
 
 // needsCheckPhase reports whether the check worker has something to do
 // for wl: checks to ask, or an inactive workload still holding quota.
 func needsCheckPhase(wl *v1alpha1.Workload) bool {
-	return workload.InCheckPhase(wl) || (wl.Status.Admission != nil && !workload.IsActive(wl) && !isFinished(wl))
+	return workload.InCheckPhase(wl) ||
+		(wl.Status.Admission != nil && !workload.IsActive(wl) && !isFinished(wl) && !isEvicting(wl) && !isDeleting(wl))
 }
 
-// decisionFor is the decision persisted in wl's status: ADMIT for an
-// admitted, unfinished workload; FORGET for a finished one; EVICT for one
-// that holds no admission any more; nil when there is nothing to say.
+// decisionFor is the decision in force for wl's pods, read from its
+// persisted state: DELETE while the object is being deleted (every pod
+// must go), EVICT while an eviction holds the quota (running pods must
+// stop), ADMIT while admitted (pods run with the pod set infos); nil when
+// the pods need nothing (pending, or finished).
 func decisionFor(wl *v1alpha1.Workload) *admitterv1.Decision {
-	d := &admitterv1.Decision{Workload: workload.Ref(wl)}
+	d := &admitterv1.Decision{Workload: workload.Ref(wl), ReservationId: reservationID(wl)}
 	switch {
 	case isFinished(wl):
-		d.Action = admitterv1.Decision_ACTION_FORGET
-		d.Message = "the workload finished"
+		return nil
+	case isDeleting(wl):
+		d.Action = admitterv1.Decision_ACTION_DELETE
+		d.Message = "the Workload was deleted"
+	case isEvicting(wl):
+		d.Action = admitterv1.Decision_ACTION_EVICT
+		d.Message = "evicted"
+		if c := workload.Condition(wl, v1alpha1.WorkloadEvicted); c != nil && c.Message != "" {
+			d.Message = "evicted: " + c.Message
+		}
 	case isAdmitted(wl) && wl.Status.Admission != nil:
 		d.Action = admitterv1.Decision_ACTION_ADMIT
 		d.ClusterQueue = wl.Status.Admission.ClusterQueue
@@ -47,33 +50,41 @@ func decisionFor(wl *v1alpha1.Workload) *admitterv1.Decision {
 		for _, info := range wl.Status.PodSetInfos {
 			d.PodSetInfos = append(d.PodSetInfos, podset.ToProto(info))
 		}
-	case wl.Status.Admission == nil:
-		d.Action = admitterv1.Decision_ACTION_EVICT
-		d.Message = "the workload was evicted"
-		if c := workload.Condition(wl, v1alpha1.WorkloadEvicted); c != nil && c.Status == "True" {
-			d.Message = "evicted: " + c.Message
-		}
 	default:
 		return nil
 	}
 	return d
 }
 
-// syncDecision publishes the decision wl's persisted status implies. The
-// broadcaster drops decisions that change nothing, so repeating this for
-// every version of a workload is safe.
+// syncDecision publishes the decision wl's persisted status implies, or
+// FORGET when none is in force. The broadcaster drops decisions that
+// change nothing, so repeating this for every version of a workload is
+// safe.
 func (a *Admitter) syncDecision(wl *v1alpha1.Workload) {
 	a.leaderMu.Lock()
 	defer a.leaderMu.Unlock()
 	if !a.leading.Load() {
 		return
 	}
-	if d := decisionFor(wl); d != nil {
-		a.publish(d)
+	d := decisionFor(wl)
+	if d == nil {
+		d = &admitterv1.Decision{Workload: workload.Ref(wl), Action: admitterv1.Decision_ACTION_FORGET, Message: forgetMessage(wl)}
+	}
+	a.publish(d)
+}
+
+func forgetMessage(wl *v1alpha1.Workload) string {
+	switch {
+	case isFinished(wl):
+		return "the workload finished"
+	case wl.Status.Admission == nil:
+		return "the workload holds no admission"
+	default:
+		return "no decision in force"
 	}
 }
 
-// forgetDecision publishes FORGET for a deleted workload.
+// forgetDecision publishes FORGET for a Workload that is gone.
 func (a *Admitter) forgetDecision(wl *v1alpha1.Workload) {
 	a.leaderMu.Lock()
 	defer a.leaderMu.Unlock()
@@ -83,7 +94,7 @@ func (a *Admitter) forgetDecision(wl *v1alpha1.Workload) {
 	a.publish(&admitterv1.Decision{
 		Workload: workload.Ref(wl),
 		Action:   admitterv1.Decision_ACTION_FORGET,
-		Message:  "the workload was deleted",
+		Message:  "the Workload is gone",
 	})
 }
 
@@ -98,66 +109,12 @@ func (a *Admitter) publish(d *admitterv1.Decision) {
 func (a *Admitter) becomeLeader() {
 	a.leaderMu.Lock()
 	defer a.leaderMu.Unlock()
-	var admits []*admitterv1.Decision
+	var inForce []*admitterv1.Decision
 	for _, wl := range a.store.list() {
-		if d := decisionFor(wl); d != nil && d.Action == admitterv1.Decision_ACTION_ADMIT {
-			admits = append(admits, d)
+		if d := decisionFor(wl); d != nil {
+			inForce = append(inForce, d)
 		}
 	}
-	a.cfg.Stream.Reset(admits)
+	a.cfg.Stream.Reset(inForce)
 	a.leading.Store(true)
-}
-
-const (
-	releaseFinished = checksv1.ReleaseReason_RELEASE_REASON_FINISHED
-	releaseEvicted  = checksv1.ReleaseReason_RELEASE_REASON_EVICTED
-	releaseDeleted  = checksv1.ReleaseReason_RELEASE_REASON_DELETED
-)
-
-// releaseTimeout bounds the Release calls made for one workload.
-const releaseTimeout = 30 * time.Second
-
-// releaseChecks tells every check of wl's reservation, in the background,
-// that the reservation is gone. Failures are logged: providers must
-// tolerate unknown keys, and a lost Release only keeps a provider's
-// resource until its own expiry.
-func (a *Admitter) releaseChecks(wl *v1alpha1.Workload, reason checksv1.ReleaseReason) {
-	key := workload.EvaluationKey(wl)
-	if key == "" || len(wl.Status.AdmissionChecks) == 0 {
-		return
-	}
-	names := make([]string, 0, len(wl.Status.AdmissionChecks))
-	for _, st := range wl.Status.AdmissionChecks {
-		names = append(names, st.Name)
-	}
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-		defer cancel()
-		for _, name := range names {
-			var ac v1alpha1.AdmissionCheck
-			if err := a.cfg.Cache.Get(ctx, clientKey(name), &ac); err != nil {
-				continue
-			}
-			if caps := checks.Capabilities(&ac); ac.Status.Provider != nil && !hasCapability(caps, checksv1.Capability_CAPABILITY_RELEASE) {
-				continue
-			}
-			params, _ := checks.Parameters(&ac)
-			err := a.cfg.Checks.Release(ctx, &ac, &checksv1.ReleaseRequest{
-				CheckName: name, Parameters: params, EvaluationKey: key,
-				Namespace: wl.Namespace, Name: wl.Name, Uid: string(wl.UID), Reason: reason,
-			})
-			if err != nil {
-				a.log.V(1).Info("release failed", "check", name, "workload", wl.Namespace+"/"+wl.Name, "error", err.Error())
-			}
-		}
-	}()
-}
-
-func hasCapability(caps []checksv1.Capability, c checksv1.Capability) bool {
-	for _, x := range caps {
-		if x == c {
-			return true
-		}
-	}
-	return false
 }

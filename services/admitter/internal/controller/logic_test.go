@@ -1,12 +1,15 @@
 package controller
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
@@ -97,21 +100,41 @@ func TestChecksFor(t *testing.T) {
 func TestDecisionFor(t *testing.T) {
 	admission := &v1alpha1.Admission{ClusterQueue: "cq", ReservationID: "r"}
 	cond := func(t string) metav1.Condition { return metav1.Condition{Type: t, Status: metav1.ConditionTrue} }
+	conds := func(types ...string) []metav1.Condition {
+		var out []metav1.Condition
+		for _, t := range types {
+			out = append(out, cond(t))
+		}
+		return out
+	}
+	deleted := metav1.Now()
+	none := admitterv1.Decision_ACTION_UNSPECIFIED
 	tests := []struct {
-		name   string
-		status v1alpha1.WorkloadStatus
-		want   admitterv1.Decision_Action
+		name     string
+		deleting bool
+		status   v1alpha1.WorkloadStatus
+		want     admitterv1.Decision_Action
 	}{
-		{"pending: nothing to say but EVICT (dropped unless in force)", v1alpha1.WorkloadStatus{}, admitterv1.Decision_ACTION_EVICT},
-		{"reserved, waiting for checks: nothing", v1alpha1.WorkloadStatus{Admission: admission}, admitterv1.Decision_ACTION_UNSPECIFIED},
-		{"admitted", v1alpha1.WorkloadStatus{Admission: admission, Conditions: []metav1.Condition{cond(v1alpha1.WorkloadAdmitted)},
+		{"pending: nothing in force", false, v1alpha1.WorkloadStatus{}, none},
+		{"reserved, waiting for checks: nothing in force", false, v1alpha1.WorkloadStatus{Admission: admission}, none},
+		{"admitted", false, v1alpha1.WorkloadStatus{Admission: admission, Conditions: conds(v1alpha1.WorkloadAdmitted),
 			PodSetInfos: []v1alpha1.PodSetInfo{{Name: "main"}}}, admitterv1.Decision_ACTION_ADMIT},
-		{"finished", v1alpha1.WorkloadStatus{Admission: admission, Conditions: []metav1.Condition{cond(v1alpha1.WorkloadAdmitted), cond(v1alpha1.WorkloadFinished)}},
-			admitterv1.Decision_ACTION_FORGET},
+		{"evicting: quota still held, pods must stop", false,
+			v1alpha1.WorkloadStatus{Admission: admission, Conditions: conds(v1alpha1.WorkloadEvicted)}, admitterv1.Decision_ACTION_EVICT},
+		{"evicted and released: nothing in force", false,
+			v1alpha1.WorkloadStatus{Conditions: conds(v1alpha1.WorkloadEvicted)}, none},
+		{"finished", false, v1alpha1.WorkloadStatus{Admission: admission, Conditions: conds(v1alpha1.WorkloadAdmitted, v1alpha1.WorkloadFinished)}, none},
+		{"deleted while pending: every pod must go", true, v1alpha1.WorkloadStatus{}, admitterv1.Decision_ACTION_DELETE},
+		{"deleted while admitted", true, v1alpha1.WorkloadStatus{Admission: admission, Conditions: conds(v1alpha1.WorkloadAdmitted)},
+			admitterv1.Decision_ACTION_DELETE},
+		{"deleted after it finished: nothing in force", true, v1alpha1.WorkloadStatus{Conditions: conds(v1alpha1.WorkloadFinished)}, none},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			wl := &v1alpha1.Workload{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "w", UID: "u"}, Status: tc.status}
+			if tc.deleting {
+				wl.DeletionTimestamp = &deleted
+			}
 			d := decisionFor(wl)
 			if d.GetAction() != tc.want {
 				t.Fatalf("action = %v, want %v", d.GetAction(), tc.want)
@@ -119,7 +142,85 @@ func TestDecisionFor(t *testing.T) {
 			if d.GetAction() == admitterv1.Decision_ACTION_ADMIT && (d.GetClusterQueue() != "cq" || len(d.GetPodSetInfos()) != 1 || d.GetWorkload().GetUid() != "u") {
 				t.Fatalf("admit decision = %v", d)
 			}
+			if d.GetAction() == admitterv1.Decision_ACTION_EVICT && d.GetReservationId() != "r" {
+				t.Fatalf("evict decision carries reservation %q, want r", d.GetReservationId())
+			}
 		})
+	}
+}
+
+func TestTruncateKeepsUTF8(t *testing.T) {
+	tests := []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"short", 10, "short"},
+		{"abcdef", 3, "abc"},
+		{"aé", 2, "a"},  // é is two bytes: never cut in half
+		{"日本", 4, "日"},  // three-byte characters
+		{"日本", 2, ""},   // no whole character fits
+		{"a😀b", 4, "a"}, // four-byte character
+		{"a😀b", 5, "a😀"},
+	}
+	for _, tc := range tests {
+		got := truncate(tc.in, tc.n)
+		if got != tc.want || !utf8.ValidString(got) {
+			t.Errorf("truncate(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
+		}
+	}
+}
+
+func TestOweAddsOneReleasePerCheckOnce(t *testing.T) {
+	wl := &v1alpha1.Workload{Status: v1alpha1.WorkloadStatus{
+		Admission:       &v1alpha1.Admission{ReservationID: "r2"},
+		AdmissionChecks: []v1alpha1.AdmissionCheckState{{Name: "a"}, {Name: "b"}},
+		PendingReleases: []v1alpha1.PendingRelease{{Name: "a", ReservationID: "r1", Reason: v1alpha1.ReleaseEvicted}},
+	}}
+	owe(wl, v1alpha1.ReleaseFinished)
+	owe(wl, v1alpha1.ReleaseFinished)
+	got := fmt.Sprint(wl.Status.PendingReleases)
+	want := fmt.Sprint([]v1alpha1.PendingRelease{
+		{Name: "a", ReservationID: "r1", Reason: v1alpha1.ReleaseEvicted},
+		{Name: "a", ReservationID: "r2", Reason: v1alpha1.ReleaseFinished},
+		{Name: "b", ReservationID: "r2", Reason: v1alpha1.ReleaseFinished},
+	})
+	if got != want {
+		t.Fatalf("pendingReleases = %s, want %s", got, want)
+	}
+	noReservation := &v1alpha1.Workload{Status: v1alpha1.WorkloadStatus{AdmissionChecks: []v1alpha1.AdmissionCheckState{{Name: "a"}}}}
+	owe(noReservation, v1alpha1.ReleaseEvicted)
+	if len(noReservation.Status.PendingReleases) != 0 {
+		t.Fatalf("a workload without a reservation owes %v, want nothing", noReservation.Status.PendingReleases)
+	}
+}
+
+func TestReleasesPruneOnlyAcknowledged(t *testing.T) {
+	wl := &v1alpha1.Workload{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "w", UID: "u"}, Status: v1alpha1.WorkloadStatus{
+		PendingReleases: []v1alpha1.PendingRelease{
+			{Name: "a", ReservationID: "r1", Reason: v1alpha1.ReleaseEvicted},
+			{Name: "b", ReservationID: "r1", Reason: v1alpha1.ReleaseEvicted},
+		},
+	}}
+	r := newReleases()
+	defer r.q.ShutDown()
+	if !r.outstanding(wl) {
+		t.Fatal("nothing acknowledged yet, want outstanding")
+	}
+	items := itemsOf(wl)
+	r.ack(items[0])
+	status := wl.Status.DeepCopy()
+	r.prune(status, wl)
+	if len(status.PendingReleases) != 1 || status.PendingReleases[0].Name != "b" {
+		t.Fatalf("after acknowledging a: %v, want only b", status.PendingReleases)
+	}
+	r.ack(items[1])
+	if r.outstanding(wl) {
+		t.Fatal("both acknowledged, want none outstanding")
+	}
+	r.forget(types.NamespacedName{Namespace: "ns", Name: "w"})
+	if !r.outstanding(wl) {
+		t.Fatal("after forget the acknowledgements are gone, want outstanding again")
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
 	"github.com/sluice-dev/sluice/services/admitter/internal/controller"
@@ -45,11 +46,29 @@ func (s *Server) SubmitWorkload(ctx context.Context, req *admitterv1.SubmitWorkl
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	uid, created, err := s.admitter.Submit(ctx, wl)
+	stored, created, err := s.admitter.Submit(ctx, wl)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &admitterv1.SubmitWorkloadResponse{Uid: string(uid), Created: created}, nil
+	return &admitterv1.SubmitWorkloadResponse{Uid: string(stored.UID), Created: created, QueueName: stored.Spec.QueueName}, nil
+}
+
+// UpdateWorkload moves a submitted workload to the LocalQueue its pods
+// name now.
+func (s *Server) UpdateWorkload(ctx context.Context, req *admitterv1.UpdateWorkloadRequest) (*admitterv1.UpdateWorkloadResponse, error) {
+	ref := req.GetWorkload()
+	if ref.GetNamespace() == "" || ref.GetName() == "" {
+		return nil, status.Error(codes.InvalidArgument, "workload.namespace and workload.name are required")
+	}
+	if errs := validation.IsDNS1123Subdomain(req.GetQueueName()); len(errs) > 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "queue_name %q: %s", req.GetQueueName(), errs[0])
+	}
+	key := types.NamespacedName{Namespace: ref.GetNamespace(), Name: ref.GetName()}
+	changed, err := s.admitter.UpdateQueue(ctx, key, types.UID(ref.GetUid()), req.GetQueueName())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &admitterv1.UpdateWorkloadResponse{Changed: changed}, nil
 }
 
 // ReportProgress records succeeded pods and the end of a workload.
@@ -69,6 +88,9 @@ func (s *Server) ReportProgress(ctx context.Context, req *admitterv1.ReportProgr
 	}
 	if f := req.GetFinish(); f != nil {
 		p.Finished, p.FinishSucceeded, p.FinishMessage = true, f.GetSucceeded(), f.GetMessage()
+	}
+	if st := req.GetStopped(); st != nil {
+		p.Stopped, p.StoppedReservation = true, st.GetReservationId()
 	}
 	if err := s.admitter.ReportProgress(ctx, types.NamespacedName{Namespace: ref.GetNamespace(), Name: ref.GetName()}, p); err != nil {
 		return nil, toStatus(err)

@@ -1,6 +1,7 @@
 // Package stream is the admitter's decision broadcaster behind
-// WatchAdmissions. It keeps every decision in force (admitted workloads) and
-// a bounded ring of recent changes, each numbered by a revision
+// WatchAdmissions. It keeps every decision in force (a level per workload
+// whose pods must be in some state: admitted, evicting or deleted) and a
+// bounded ring of recent changes, each numbered by a revision
 // "<epoch>:<seq>". A new subscriber gets a snapshot of the decisions in
 // force, or, when it names a revision of this epoch still in the ring, only
 // the changes after it. Publishing never blocks: a subscriber whose buffer is
@@ -12,7 +13,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
+	"github.com/sluice-dev/sluice/pkg/shard"
 )
 
 // Defaults for Options.
@@ -90,27 +91,29 @@ func Key(d *admitterv1.Decision) string {
 	return d.GetWorkload().GetNamespace() + "/" + d.GetWorkload().GetName()
 }
 
-// Reset starts a new epoch with admits as the decisions in force, and
+// Reset starts a new epoch with inForce as the decisions in force, and
 // disconnects every subscriber (they reconnect for a snapshot). The admitter
 // calls it when it becomes leader.
-func (b *Broadcaster) Reset(admits []*admitterv1.Decision) {
+func (b *Broadcaster) Reset(inForce []*admitterv1.Decision) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for s := range b.subs {
 		s.closeLocked(ErrClosed)
 	}
 	b.subs = map[*Subscription]struct{}{}
-	b.resetLocked(admits)
+	b.resetLocked(inForce)
 }
 
-func (b *Broadcaster) resetLocked(admits []*admitterv1.Decision) {
+func (b *Broadcaster) resetLocked(inForce []*admitterv1.Decision) {
 	b.epoch = newEpoch()
 	b.seq = 0
 	b.ring = make([]change, 0, min(b.opts.RingSize, 1024))
 	b.next = 0
-	b.inForce = make(map[string]*admitterv1.Decision, len(admits))
-	for _, d := range admits {
-		b.inForce[Key(d)] = d
+	b.inForce = make(map[string]*admitterv1.Decision, len(inForce))
+	for _, d := range inForce {
+		if holdsLevel(d.GetAction()) {
+			b.inForce[Key(d)] = d
+		}
 	}
 }
 
@@ -133,20 +136,29 @@ func (b *Broadcaster) revisionLocked() string {
 	return b.epoch + ":" + strconv.FormatUint(b.seq, 10)
 }
 
-// InForce reports whether an ADMIT decision is in force for the workload
-// "<namespace>/<name>".
-func (b *Broadcaster) InForce(key string) bool {
+// InForce returns the decision in force for the workload
+// "<namespace>/<name>", or nil.
+func (b *Broadcaster) InForce(key string) *admitterv1.Decision {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	_, ok := b.inForce[key]
-	return ok
+	return b.inForce[key]
+}
+
+// holdsLevel reports whether a decision with action stays in force until
+// another replaces it. FORGET only clears.
+func holdsLevel(action admitterv1.Decision_Action) bool {
+	switch action {
+	case admitterv1.Decision_ACTION_ADMIT, admitterv1.Decision_ACTION_EVICT, admitterv1.Decision_ACTION_DELETE:
+		return true
+	}
+	return false
 }
 
 // Publish records decisions as one change and sends them to the
 // subscribers whose shard they fall in. A decision that changes nothing
-// (an ADMIT equal to the one in force, an EVICT or FORGET for a workload
-// without a decision in force) is dropped. It returns how many decisions
-// were recorded.
+// (one equal to the decision in force, a FORGET for a workload without a
+// decision in force) is dropped. It returns how many decisions were
+// recorded.
 func (b *Broadcaster) Publish(decisions ...*admitterv1.Decision) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -154,13 +166,13 @@ func (b *Broadcaster) Publish(decisions ...*admitterv1.Decision) int {
 	for _, d := range decisions {
 		key := Key(d)
 		cur, inForce := b.inForce[key]
-		switch d.GetAction() {
-		case admitterv1.Decision_ACTION_ADMIT:
+		switch {
+		case holdsLevel(d.GetAction()):
 			if inForce && proto.Equal(cur, d) {
 				continue
 			}
 			b.inForce[key] = d
-		case admitterv1.Decision_ACTION_EVICT, admitterv1.Decision_ACTION_FORGET:
+		case d.GetAction() == admitterv1.Decision_ACTION_FORGET:
 			if !inForce {
 				continue
 			}
@@ -179,7 +191,7 @@ func (b *Broadcaster) Publish(decisions ...*admitterv1.Decision) int {
 	for s := range b.subs {
 		var batch []*admitterv1.Decision
 		for _, c := range recorded {
-			if s.shard.contains(c.decision) {
+			if contains(s.shard, c.decision) {
 				batch = append(batch, c.decision)
 			}
 		}
@@ -242,32 +254,12 @@ func (b *Broadcaster) sinceLocked(seq uint64) ([]change, bool) {
 	return out, true
 }
 
-// Shard selects workloads by FNV-1a (32 bit) of "<namespace>/<name>"
-// modulo Count; Count 0 or 1 selects everything.
-type Shard struct {
-	Index, Count uint32
-}
+// Shard selects the decisions of one grouper replica's workloads, by the
+// rule of pkg/shard; Count 0 or 1 selects everything.
+type Shard = shard.Shard
 
-// Validate refuses an index outside the count.
-func (s Shard) Validate() error {
-	if s.Count > 1 && s.Index >= s.Count {
-		return fmt.Errorf("shard.index %d must be below shard.count %d", s.Index, s.Count)
-	}
-	return nil
-}
-
-func (s Shard) contains(d *admitterv1.Decision) bool {
-	if s.Count <= 1 {
-		return true
-	}
-	return ShardOf(d.GetWorkload().GetNamespace(), d.GetWorkload().GetName(), s.Count) == s.Index
-}
-
-// ShardOf is the shard of a workload among count shards.
-func ShardOf(namespace, name string, count uint32) uint32 {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(namespace + "/" + name))
-	return h.Sum32() % count
+func contains(s Shard, d *admitterv1.Decision) bool {
+	return s.Owns(d.GetWorkload().GetNamespace(), d.GetWorkload().GetName())
 }
 
 // Subscription is one subscriber's view of the stream: Initial first
@@ -306,7 +298,7 @@ func (b *Broadcaster) Subscribe(resumeRevision string, shard Shard) (*Subscripti
 			s.Resumed = true
 			var ds []*admitterv1.Decision
 			for _, c := range changes {
-				if shard.contains(c.decision) {
+				if contains(shard, c.decision) {
 					ds = append(ds, c.decision)
 				}
 			}
@@ -316,7 +308,7 @@ func (b *Broadcaster) Subscribe(resumeRevision string, shard Shard) (*Subscripti
 	if !s.Resumed {
 		ds := make([]*admitterv1.Decision, 0, len(b.inForce))
 		for _, d := range b.inForce {
-			if shard.contains(d) {
+			if contains(shard, d) {
 				ds = append(ds, d)
 			}
 		}

@@ -8,6 +8,7 @@ import (
 
 	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
 	sluicev1 "github.com/sluice-dev/sluice/gen/sluice/v1"
+	"github.com/sluice-dev/sluice/pkg/shard"
 )
 
 func admit(name string, queue ...string) *admitterv1.Decision {
@@ -111,8 +112,50 @@ func TestNoOpDecisionsAreDropped(t *testing.T) {
 	if n := b.Publish(forget("x")); n != 0 {
 		t.Fatalf("forget of unknown recorded %d, want 0", n)
 	}
-	if n := b.Publish(forget("a")); n != 1 || b.InForce("ns/a") {
+	if n := b.Publish(forget("a")); n != 1 || b.InForce("ns/a") != nil {
 		t.Fatalf("forget recorded %d (in force %v), want 1 and gone", n, b.InForce("ns/a"))
+	}
+}
+
+func decision(action admitterv1.Decision_Action, name string) *admitterv1.Decision {
+	return &admitterv1.Decision{Workload: &sluicev1.WorkloadRef{Namespace: "ns", Name: name}, Action: action, ReservationId: "r1"}
+}
+
+// Evictions and deletions are levels like admissions: a subscriber that
+// connects after them still learns that pods must stop, and only FORGET
+// takes them out of force.
+func TestEvictAndDeleteStayInForce(t *testing.T) {
+	b := New(Options{})
+	b.Publish(admit("a"), admit("b"), admit("c"))
+	b.Publish(decision(admitterv1.Decision_ACTION_EVICT, "a"), decision(admitterv1.Decision_ACTION_DELETE, "b"))
+	if n := b.Publish(decision(admitterv1.Decision_ACTION_EVICT, "a")); n != 0 {
+		t.Fatalf("repeated evict recorded %d, want 0", n)
+	}
+	s, err := b.Subscribe("", Shard{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	got := map[string]bool{}
+	for _, n := range names(s.Initial) {
+		got[n] = true
+	}
+	want := map[string]bool{"EVICT:a": true, "DELETE:b": true, "ADMIT:c": true}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("snapshot = %v, want %v", got, want)
+	}
+	b.Publish(forget("a"))
+	if d := b.InForce("ns/a"); d != nil {
+		t.Fatalf("after FORGET, in force = %v, want nothing", d)
+	}
+	if d := b.InForce("ns/b"); d.GetAction() != admitterv1.Decision_ACTION_DELETE {
+		t.Fatalf("in force for b = %v, want DELETE", d)
+	}
+
+	// A new epoch starts from the levels it is given, FORGETs dropped.
+	b.Reset([]*admitterv1.Decision{decision(admitterv1.Decision_ACTION_EVICT, "x"), forget("y")})
+	if b.InForce("ns/x").GetAction() != admitterv1.Decision_ACTION_EVICT || b.InForce("ns/y") != nil {
+		t.Fatalf("after reset: x=%v y=%v, want EVICT and nothing", b.InForce("ns/x"), b.InForce("ns/y"))
 	}
 }
 
@@ -248,7 +291,7 @@ func TestShards(t *testing.T) {
 	for i, s := range subs {
 		for _, name := range names(drain(s)) {
 			wl := strings.TrimPrefix(name, "ADMIT:")
-			if got := ShardOf("ns", wl, count); got != uint32(i) {
+			if got := shard.Of("ns", wl, count); got != uint32(i) {
 				t.Fatalf("shard %d received %s, which belongs to shard %d", i, wl, got)
 			}
 			total++
@@ -260,12 +303,8 @@ func TestShards(t *testing.T) {
 	if _, err := b.Subscribe("", Shard{Index: 3, Count: 3}); err == nil {
 		t.Fatal("Subscribe with index >= count succeeded")
 	}
-}
-
-func TestShardOfIsFNV1a(t *testing.T) {
-	// fnv32a("ns/a") = 0xa520febe (computed independently).
-	if got := ShardOf("ns", "a", 1000); got != 0xa520febe%1000 {
-		t.Fatalf("ShardOf = %#x", got)
+	if _, err := b.Subscribe("", Shard{Index: 1, Count: 1}); err == nil {
+		t.Fatal("Subscribe with index 1 of a single shard succeeded")
 	}
 }
 

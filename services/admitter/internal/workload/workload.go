@@ -39,13 +39,31 @@ func IsActive(wl *v1alpha1.Workload) bool { return wl.Spec.Active == nil || *wl.
 // IsPending reports whether the workload waits for quota: active, not
 // finished, no reservation.
 func IsPending(wl *v1alpha1.Workload) bool {
-	return IsActive(wl) && !IsFinished(wl) && !HasReservation(wl)
+	return IsActive(wl) && !IsFinished(wl) && !HasReservation(wl) && !IsDeleting(wl)
 }
+
+// IsEvicting reports whether the workload was evicted but still holds its
+// quota: its pods have not all stopped yet.
+func IsEvicting(wl *v1alpha1.Workload) bool {
+	return HasReservation(wl) && meta.IsStatusConditionTrue(wl.Status.Conditions, v1alpha1.WorkloadEvicted)
+}
+
+// IsDeleting reports whether the Workload object is being deleted.
+func IsDeleting(wl *v1alpha1.Workload) bool { return wl.DeletionTimestamp != nil }
 
 // InCheckPhase reports whether the workload holds quota and waits for its
 // admission checks.
 func InCheckPhase(wl *v1alpha1.Workload) bool {
-	return HasReservation(wl) && !IsAdmitted(wl) && !IsFinished(wl)
+	return HasReservation(wl) && !IsAdmitted(wl) && !IsFinished(wl) && !IsEvicting(wl) && !IsDeleting(wl)
+}
+
+// ReservationID is the id of the workload's current reservation; empty
+// without one.
+func ReservationID(wl *v1alpha1.Workload) string {
+	if wl.Status.Admission == nil {
+		return ""
+	}
+	return wl.Status.Admission.ReservationID
 }
 
 // EvaluationKey is the key providers see for the workload's current

@@ -114,7 +114,7 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 		return err
 	}
 	follower := stream.New(admitter, rec, stream.Options{
-		Shard:   cfg.Shard.Proto(),
+		Shard:   shard.Proto(cfg.Shard),
 		Metrics: m,
 		Log:     log.WithName("decisions"),
 	})

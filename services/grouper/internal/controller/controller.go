@@ -1,8 +1,12 @@
 // Package controller is the grouper's pod lifecycle: it submits the
-// workloads of gated pods to the admitter, applies the admitter's decisions
-// to the pods (one ungate patch per admitted pod, deletion on eviction),
-// reports finished pods and releases them from sluice's finalizer.
+// workloads of gated pods to the admitter (and moves them when their pods
+// change queue), applies the admitter's decisions to the pods (one ungate
+// patch per admitted pod; deletion of running pods on eviction and of
+// every pod of a deleted Workload), reports stopped and finished pods, and
+// releases them from sluice's finalizer.
 //
+// Decisions are levels: every snapshot replaces what the grouper holds,
+// and every pod converges to it, so a lost message costs latency only.
 // Pods are read from the manager's cache only; decisions arrive through
 // the Sink methods and wake the pods of their workload through the
 // controller's work queue, which bounds the concurrency of API writes and
@@ -31,11 +35,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
 	sluicev1 "github.com/sluice-dev/sluice/gen/sluice/v1"
+	"github.com/sluice-dev/sluice/pkg/crashpoint"
 	"github.com/sluice-dev/sluice/pkg/podkeys"
 	"github.com/sluice-dev/sluice/services/grouper/internal/metrics"
 	"github.com/sluice-dev/sluice/services/grouper/internal/podpatch"
@@ -57,6 +63,7 @@ const (
 	actionUngate = "Ungate"
 	actionSubmit = "Submit"
 	actionEvict  = "Evict"
+	actionDelete = "Delete"
 
 	// disruptionReason is the DisruptionTarget condition's reason on pods
 	// deleted for an eviction.
@@ -107,6 +114,8 @@ type Reconciler struct {
 	opts      Options
 	decisions *decisionStore
 	pods      *podStates
+	stops     *stopReports
+	stopQ     workqueue.TypedRateLimitingInterface[workload.Key]
 	wake      chan event.TypedGenericEvent[*corev1.Pod]
 	now       func() time.Time
 }
@@ -120,8 +129,11 @@ func New(opts Options) *Reconciler {
 		opts:      opts,
 		decisions: newDecisionStore(),
 		pods:      newPodStates(),
-		wake:      make(chan event.TypedGenericEvent[*corev1.Pod], enqueueBuffer),
-		now:       time.Now,
+		stops:     newStopReports(),
+		stopQ: workqueue.NewTypedRateLimitingQueue(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[workload.Key](retryMin, retryMax)),
+		wake: make(chan event.TypedGenericEvent[*corev1.Pod], enqueueBuffer),
+		now:  time.Now,
 	}
 }
 
@@ -158,11 +170,16 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 	if err != nil {
 		return fmt.Errorf("set up pod controller: %w", err)
 	}
+	if err := mgr.Add(manager.RunnableFunc(r.runStopChecks)); err != nil {
+		return fmt.Errorf("set up stop checks: %w", err)
+	}
 	return nil
 }
 
 // Snapshot implements stream.Sink: decisions become the only ones in
-// force, and the pods they concern are woken.
+// force, and every pod converges to them: the pods they concern are woken,
+// and so is every gated pod without a decision, to be submitted again
+// (the admitter may have lost a submission, and a repeat is free).
 func (r *Reconciler) Snapshot(decisions []*admitterv1.Decision) {
 	kept := make([]*admitterv1.Decision, 0, len(decisions))
 	for _, d := range decisions {
@@ -172,9 +189,31 @@ func (r *Reconciler) Snapshot(decisions []*admitterv1.Decision) {
 		kept = append(kept, d)
 	}
 	r.decisions.replace(kept, r.now())
+	r.stops.reset()
+	r.pods.resubmitAll()
 	r.opts.Log.V(1).Info("decision snapshot applied", "decisions", len(kept))
 	for _, d := range kept {
 		r.dispatch(d)
+	}
+	r.wakeUndecided()
+}
+
+// wakeUndecided wakes every gated pod whose workload has no decision.
+func (r *Reconciler) wakeUndecided() {
+	var pods corev1.PodList
+	if err := r.opts.Client.List(context.Background(), &pods); err != nil {
+		r.opts.Log.Error(err, "list pods to converge after a snapshot")
+		return
+	}
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		key, ok := workload.KeyFor(pod)
+		if !ok || !r.opts.Shard.Owns(key.Namespace, key.Name) || !podpatch.HasGate(pod) {
+			continue
+		}
+		if _, decided := r.decisions.get(key); !decided {
+			r.wake <- event.TypedGenericEvent[*corev1.Pod]{Object: pod}
+		}
 	}
 }
 
@@ -184,6 +223,7 @@ func (r *Reconciler) Changes(decisions []*admitterv1.Decision) {
 	for _, d := range decisions {
 		if d.GetAction() == admitterv1.Decision_ACTION_FORGET {
 			r.decisions.forget(keyOf(d))
+			r.stops.forget(keyOf(d))
 			continue
 		}
 		r.decisions.put(d, now)
@@ -199,6 +239,9 @@ func (r *Reconciler) dispatch(d *admitterv1.Decision) {
 	key := keyOf(d)
 	if !r.opts.Shard.Owns(key.Namespace, key.Name) {
 		return
+	}
+	if stopping(d) {
+		r.stopQ.Add(key)
 	}
 	var pods corev1.PodList
 	// A cache read: it cannot block on the network.
@@ -230,7 +273,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	var pod corev1.Pod
 	if err := r.opts.Client.Get(ctx, req.NamespacedName, &pod); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.pods.forget(req.NamespacedName)
+			if key, ok := r.pods.forget(req.NamespacedName); ok {
+				r.stopQ.Add(key) // the workload may have no running pod left
+			}
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, fmt.Errorf("get pod %s from cache: %w", req.NamespacedName, err)
@@ -243,7 +288,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, nil
 	}
 	st := r.pods.load(req.NamespacedName, pod.UID)
+	st.workload = key
 	defer func() { r.pods.store(req.NamespacedName, st) }()
+	entry, hasDecision := r.decisions.get(key)
+	action := entry.decision.GetAction()
+	if hasDecision && stopping(entry.decision) {
+		// Whatever happens to this pod may be the last stop the workload
+		// waits for.
+		defer r.stopQ.Add(key)
+	}
 
 	switch {
 	case pod.Status.Phase == corev1.PodSucceeded:
@@ -254,9 +307,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return r.deleted(ctx, &pod, key, &st)
 	}
 
-	entry, hasDecision := r.decisions.get(key)
-	action := entry.decision.GetAction()
 	switch {
+	case hasDecision && action == admitterv1.Decision_ACTION_DELETE:
+		return r.remove(ctx, &pod, entry.decision, &st)
 	case hasDecision && action == admitterv1.Decision_ACTION_EVICT:
 		return r.evict(ctx, &pod, entry.decision, &st)
 	case !podpatch.HasGate(&pod) || st.ungated:
@@ -268,9 +321,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 }
 
-// submit sends the pod's workload to the admitter once.
+// submit sends the pod's workload to the admitter, once per queue: when
+// the pod moves to another LocalQueue while gated, the workload moves
+// with it.
 func (r *Reconciler) submit(ctx context.Context, pod *corev1.Pod, st *podState) (reconcile.Result, error) {
-	if st.submitted {
+	if st.submitted && st.queue == pod.Labels[podkeys.QueueNameLabel] {
 		return reconcile.Result{}, nil
 	}
 	wl, err := workloadFor(pod)
@@ -307,9 +362,27 @@ func (r *Reconciler) submit(ctx context.Context, pod *corev1.Pod, st *podState) 
 		}
 		return reconcile.Result{}, fmt.Errorf("submit workload %s: %w", wl.GetRef().GetName(), err)
 	}
-	st.submitted = true
+	crashpoint.Hit("grouper/submit")
+	if existing := resp.GetQueueName(); existing != "" && existing != wl.GetQueueName() {
+		if err := r.moveQueue(ctx, wl); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	st.submitted, st.queue = true, wl.GetQueueName()
 	log.V(1).Info("workload submitted", "created", resp.GetCreated())
 	return reconcile.Result{}, nil
+}
+
+// moveQueue tells the admitter the workload's pods now name another
+// LocalQueue.
+func (r *Reconciler) moveQueue(ctx context.Context, wl *sluicev1.Workload) error {
+	cctx, cancel := context.WithTimeout(ctx, r.opts.CallTimeout)
+	defer cancel()
+	_, err := r.opts.Admitter.UpdateWorkload(cctx, &admitterv1.UpdateWorkloadRequest{Workload: wl.GetRef(), QueueName: wl.GetQueueName()})
+	if err != nil {
+		return fmt.Errorf("move workload %s to LocalQueue %s: %w", wl.GetRef().GetName(), wl.GetQueueName(), err)
+	}
+	return nil
 }
 
 // workloadFor builds the workload a pod is submitted in. Today that is
@@ -372,6 +445,7 @@ func (r *Reconciler) sendUngate(ctx context.Context, pod *corev1.Pod, key worklo
 		r.warn(pod, ReasonUngateFailed, actionUngate, "ungate patch failed, retrying: %v", err)
 		return reconcile.Result{}, fmt.Errorf("ungate pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
+	crashpoint.Hit("grouper/ungate")
 	st.ungated = true
 	r.opts.Metrics.PodsUngated.Inc()
 	r.opts.Metrics.DecisionToUngate.Observe(r.now().Sub(entry.received).Seconds())
@@ -407,28 +481,67 @@ func (r *Reconciler) evict(ctx context.Context, pod *corev1.Pod, d *admitterv1.D
 	if msg == "" {
 		msg = "workload evicted"
 	}
-	cond, err := podpatch.DisruptionTarget(disruptionReason, msg, r.now())
-	if err != nil {
-		return reconcile.Result{}, err
+	return r.stopPod(ctx, pod, actionEvict, msg, st)
+}
+
+// remove deletes a pod of a deleted Workload, gated or not: the workload
+// will never be submitted again.
+func (r *Reconciler) remove(ctx context.Context, pod *corev1.Pod, d *admitterv1.Decision, st *podState) (reconcile.Result, error) {
+	if st.evicted {
+		return reconcile.Result{}, nil
 	}
+	msg := d.GetMessage()
+	if msg == "" {
+		msg = "the Workload was deleted"
+	}
+	return r.stopPod(ctx, pod, actionDelete, msg, st)
+}
+
+// stopPod deletes pod with one event. A pod that may run gets the
+// DisruptionTarget condition first, so its owner (and anyone reading it)
+// can tell a stop by sluice from a failure.
+func (r *Reconciler) stopPod(ctx context.Context, pod *corev1.Pod, action, msg string, st *podState) (reconcile.Result, error) {
 	target := &corev1.Pod{}
 	target.Namespace, target.Name = pod.Namespace, pod.Name
-	if err := r.opts.Client.Status().Patch(ctx, target, client.RawPatch(types.StrategicMergePatchType, cond)); err != nil {
-		if apierrors.IsNotFound(err) {
-			return reconcile.Result{}, nil
+	if !podpatch.HasGate(pod) && !disrupted(pod) {
+		cond, err := podpatch.DisruptionTarget(disruptionReason, msg, r.now())
+		if err != nil {
+			return reconcile.Result{}, err
 		}
-		r.warn(pod, ReasonEvictFailed, actionEvict, "marking the pod for eviction failed, retrying: %v", err)
-		return reconcile.Result{}, fmt.Errorf("mark pod %s/%s disrupted: %w", pod.Namespace, pod.Name, err)
+		if err := r.opts.Client.Status().Patch(ctx, target, client.RawPatch(types.StrategicMergePatchType, cond)); err != nil {
+			if apierrors.IsNotFound(err) {
+				return reconcile.Result{}, nil
+			}
+			r.warn(pod, ReasonEvictFailed, action, "marking the pod for eviction failed, retrying: %v", err)
+			return reconcile.Result{}, fmt.Errorf("mark pod %s/%s disrupted: %w", pod.Namespace, pod.Name, err)
+		}
+		crashpoint.Hit("grouper/disrupt")
 	}
 	uid := pod.UID
 	if err := r.opts.Client.Delete(ctx, target, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
-		r.warn(pod, ReasonEvictFailed, actionEvict, "deleting the pod failed, retrying: %v", err)
-		return reconcile.Result{}, fmt.Errorf("delete evicted pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		r.warn(pod, ReasonEvictFailed, action, "deleting the pod failed, retrying: %v", err)
+		return reconcile.Result{}, fmt.Errorf("delete pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
+	crashpoint.Hit("grouper/delete")
 	st.evicted = true
 	r.opts.Metrics.PodsEvicted.Inc()
-	r.opts.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, ReasonStopped, actionEvict, "Evicted: %s", msg)
+	r.opts.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, ReasonStopped, action, "Stopped: %s", msg)
 	return reconcile.Result{}, nil
+}
+
+// disrupted reports whether sluice already marked the pod for deletion.
+func disrupted(pod *corev1.Pod) bool {
+	return disruption(pod) != nil
+}
+
+func disruption(pod *corev1.Pod) *corev1.PodCondition {
+	for i := range pod.Status.Conditions {
+		c := &pod.Status.Conditions[i]
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue && c.Reason == disruptionReason {
+			return c
+		}
+	}
+	return nil
 }
 
 // deleted handles a pod being deleted before it ended. A pod that never
@@ -456,6 +569,7 @@ func (r *Reconciler) finish(ctx context.Context, pod *corev1.Pod, key workload.K
 		if err := r.report(ctx, pod, key, fin); err != nil {
 			return reconcile.Result{}, err
 		}
+		crashpoint.Hit("grouper/report-finish")
 		st.reported = true
 	}
 	return reconcile.Result{}, r.removeFinalizer(ctx, pod)
@@ -478,6 +592,7 @@ func (r *Reconciler) removeFinalizer(ctx context.Context, pod *corev1.Pod) error
 		// the retry reads the newer pod.
 		return fmt.Errorf("remove finalizer of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
+	crashpoint.Hit("grouper/remove-finalizer")
 	r.opts.Metrics.FinalizersRemoved.Inc()
 	return nil
 }
@@ -533,8 +648,12 @@ func permanent(err error) bool {
 	return false
 }
 
-// failureMessage says why a Failed pod failed.
+// failureMessage says why a Failed pod failed; for a pod sluice stopped,
+// why it was stopped.
 func failureMessage(pod *corev1.Pod) string {
+	if c := disruption(pod); c != nil {
+		return "pod stopped by sluice: " + c.Message
+	}
 	msg := "pod failed"
 	if pod.Status.Reason != "" {
 		msg += ": " + pod.Status.Reason

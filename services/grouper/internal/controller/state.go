@@ -56,6 +56,19 @@ func (s *decisionStore) putLocked(into map[workload.Key]decisionEntry, d *admitt
 	into[k] = decisionEntry{decision: d, received: now}
 }
 
+// keys lists the workloads whose decision matches.
+func (s *decisionStore) keys(match func(*admitterv1.Decision) bool) []workload.Key {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []workload.Key
+	for k, e := range s.m {
+		if match(e.decision) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
 func (s *decisionStore) forget(k workload.Key) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -78,8 +91,13 @@ func (s *decisionStore) replace(decisions []*admitterv1.Decision, now time.Time)
 // AlreadyExists) and the cache tells which pods are ungated.
 type podState struct {
 	uid types.UID
-	// submitted: SubmitWorkload succeeded for this pod's workload.
+	// workload the pod belongs to, so a pod gone from the cache still
+	// wakes its workload's stop check.
+	workload workload.Key
+	// submitted: SubmitWorkload succeeded for this pod's workload, in
+	// LocalQueue queue.
 	submitted bool
+	queue     string
 	// ungated: the ungate patch succeeded, even if the cache lags.
 	ungated bool
 	// reported: the finish of the pod was reported.
@@ -118,8 +136,62 @@ func (s *podStates) store(name types.NamespacedName, st podState) {
 	s.m[name] = st
 }
 
-func (s *podStates) forget(name types.NamespacedName) {
+// forget drops the pod's state and returns the workload it belonged to.
+func (s *podStates) forget(name types.NamespacedName) (workload.Key, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	st, ok := s.m[name]
 	delete(s.m, name)
+	return st.workload, ok && st.workload != (workload.Key{})
+}
+
+// resubmitAll makes every pod submit again on its next look: the grouper
+// holds no decision for it after a snapshot, and the admitter answers a
+// repeated submission from memory.
+func (s *podStates) resubmitAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, st := range s.m {
+		st.submitted = false
+		s.m[name] = st
+	}
+}
+
+// stopReports remembers which EVICT or DELETE decisions were answered
+// with a stop report, so a workload is reported once per decision.
+type stopReports struct {
+	mu sync.Mutex
+	m  map[workload.Key]string
+}
+
+func newStopReports() *stopReports { return &stopReports{m: map[workload.Key]string{}} }
+
+func stopID(d *admitterv1.Decision) string {
+	return d.GetAction().String() + "/" + d.GetWorkload().GetUid() + "/" + d.GetReservationId()
+}
+
+func (s *stopReports) reported(k workload.Key, d *admitterv1.Decision) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[k] == stopID(d)
+}
+
+func (s *stopReports) markReported(k workload.Key, d *admitterv1.Decision) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m[k] = stopID(d)
+}
+
+func (s *stopReports) forget(k workload.Key) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m, k)
+}
+
+// reset forgets every report: after a snapshot the admitter may have lost
+// what it was told.
+func (s *stopReports) reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m = map[workload.Key]string{}
 }

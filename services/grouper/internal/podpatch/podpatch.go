@@ -20,6 +20,7 @@ import (
 
 	sluicev1 "github.com/sluice-dev/sluice/gen/sluice/v1"
 	"github.com/sluice-dev/sluice/pkg/podkeys"
+	"github.com/sluice-dev/sluice/pkg/podset"
 )
 
 // HasGate reports whether pod still carries sluice's admission gate.
@@ -63,10 +64,11 @@ func Ungate(pod *corev1.Pod, info *sluicev1.PodSetInfo, workloadName string) ([]
 	} else if len(sel) > 0 {
 		spec["nodeSelector"] = sel
 	}
-	if tols, changed := MergeTolerations(pod.Spec.Tolerations, info.GetTolerations()); changed {
+	want := podset.TolerationsFromProto(info.GetTolerations())
+	if add := podset.MissingTolerations(pod.Spec.Tolerations, want); len(add) > 0 {
 		// Tolerations have no merge key: the list is replaced, so it
 		// carries the pod's own tolerations too.
-		spec["tolerations"] = tols
+		spec["tolerations"] = append(slices.Clone(pod.Spec.Tolerations), add...)
 	}
 
 	labels := maps.Clone(info.GetLabels())
@@ -110,57 +112,6 @@ func nodeSelector(pod *corev1.Pod, want map[string]string) (map[string]string, e
 		}
 	}
 	return out, nil
-}
-
-// MergeTolerations returns the pod's tolerations followed by those of add
-// that the pod (or an earlier entry of add) does not have yet, and whether
-// anything was added. An empty operator counts as Equal.
-func MergeTolerations(have []corev1.Toleration, add []*sluicev1.Toleration) ([]corev1.Toleration, bool) {
-	out := slices.Clone(have)
-	changed := false
-	for _, t := range add {
-		kt := ToKube(t)
-		if slices.ContainsFunc(out, func(o corev1.Toleration) bool { return sameToleration(o, kt) }) {
-			continue
-		}
-		out = append(out, kt)
-		changed = true
-	}
-	return out, changed
-}
-
-// ToKube converts a sluice.v1 toleration to a Kubernetes one.
-func ToKube(t *sluicev1.Toleration) corev1.Toleration {
-	kt := corev1.Toleration{
-		Key:      t.GetKey(),
-		Operator: corev1.TolerationOperator(t.GetOperator()),
-		Value:    t.GetValue(),
-		Effect:   corev1.TaintEffect(t.GetEffect()),
-	}
-	if t.TolerationSeconds != nil {
-		s := t.GetTolerationSeconds()
-		kt.TolerationSeconds = &s
-	}
-	return kt
-}
-
-func sameToleration(a, b corev1.Toleration) bool {
-	return a.Key == b.Key && operator(a) == operator(b) && a.Value == b.Value && a.Effect == b.Effect &&
-		equalPtr(a.TolerationSeconds, b.TolerationSeconds)
-}
-
-func operator(t corev1.Toleration) corev1.TolerationOperator {
-	if t.Operator == "" {
-		return corev1.TolerationOpEqual
-	}
-	return t.Operator
-}
-
-func equalPtr(a, b *int64) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return *a == *b
 }
 
 // jsonOp is one RFC 6902 operation.

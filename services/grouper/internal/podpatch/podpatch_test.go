@@ -102,6 +102,18 @@ func TestUngate(t *testing.T) {
 			wantAnnotations: map[string]string{"keep": "me", podkeys.WorkloadAnnotation: "pod-p-abcde"},
 		},
 		{
+			name: "tolerations the pod has are not patched",
+			info: &sluicev1.PodSetInfo{
+				Name:        "main",
+				Tolerations: []*sluicev1.Toleration{{Key: "own", Operator: "Exists"}},
+			},
+			wantGates:       []string{foreignGate},
+			wantSelector:    map[string]string{"disk": "ssd"},
+			wantTolerations: []corev1.Toleration{{Key: "own", Operator: corev1.TolerationOpExists}},
+			wantLabels:      map[string]string{podkeys.ManagedLabel: "true", "app": "demo", podkeys.PodSetLabel: "main"},
+			wantAnnotations: map[string]string{"keep": "me", podkeys.WorkloadAnnotation: "pod-p-abcde"},
+		},
+		{
 			name:            "our gate alone",
 			info:            &sluicev1.PodSetInfo{Name: "main"},
 			mutatePod:       func(p *corev1.Pod) { p.Spec.SchedulingGates = p.Spec.SchedulingGates[1:] },

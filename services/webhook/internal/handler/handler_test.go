@@ -251,6 +251,13 @@ func TestValidator(t *testing.T) {
 			wantMessage: `Pod "p" is invalid: metadata.labels[kueue.x-k8s.io/queue-name]: Invalid value: "b": ` + validate.DetailQueueImmutable,
 			wantReason:  "Invalid:queue-name",
 		},
+		{
+			name: "managed label removed", op: admissionv1.Update,
+			old:         running(testPod("team", map[string]string{podkeys.QueueNameLabel: "a", podkeys.ManagedLabel: podkeys.ManagedLabelValue}, nil)),
+			pod:         running(testPod("team", map[string]string{podkeys.QueueNameLabel: "a"}, nil)),
+			wantMessage: `Pod "p" is invalid: metadata.labels[kueue.x-k8s.io/managed]: Forbidden: ` + validate.DetailManagedRemoved,
+			wantReason:  "Forbidden:managed",
+		},
 		{name: "delete is not judged", op: admissionv1.Delete, pod: testPod("team", map[string]string{podkeys.ManagedLabel: "no"}, nil), wantAllowed: true},
 	}
 	for _, tc := range tests {

@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/util/diff"
 	"sigs.k8s.io/yaml"
+
+	"github.com/sluice-dev/sluice/pkg/podkeys"
 )
 
 func TestClientConfig(t *testing.T) {
@@ -65,6 +67,17 @@ func TestMatchConditions(t *testing.T) {
 	for _, k := range append(append([]string{}, QueueingLabels...), QueueingAnnotations...) {
 		if !strings.Contains(expr, `[?"`+k+`"]`) {
 			t.Errorf("OnlyQueueingChanges ignores %s: %s", k, expr)
+		}
+	}
+	// Every key an update rule judges must reach the webhook, the managed
+	// label included: removing it is refused.
+	judged := []string{
+		podkeys.QueueNameLabel, podkeys.PodGroupNameLabel, podkeys.ManagedLabel,
+		podkeys.PodGroupTotalCountAnnotation, podkeys.RetriableInGroupAnnotation,
+	}
+	for _, k := range judged {
+		if !strings.Contains(expr, `[?"`+k+`"] != oldObject`) {
+			t.Errorf("OnlyQueueingChanges does not send updates of %s: %s", k, expr)
 		}
 	}
 }

@@ -40,6 +40,9 @@ const (
 	DetailCountTooSmall = "a group must have at least 1 pod"
 	// DetailManagedValue is the detail when the managed label is not "true".
 	DetailManagedValue = `sluice sets this label itself; the only value allowed is "true"`
+	// DetailManagedRemoved is the detail when an update removes the managed
+	// label from a pod sluice manages.
+	DetailManagedRemoved = "sluice tracks the pod by this label until it is deleted; it cannot be removed"
 	// DetailQueueImmutable is the detail when a running pod changes queue.
 	DetailQueueImmutable = "the queue can only change while the pod waits for admission or after it has finished"
 	// DetailGroupImmutable is the detail when a pod leaves or changes its group.
@@ -80,6 +83,15 @@ func Create(pod *corev1.Pod) field.ErrorList {
 // rules of Create on the new pod plus the keys that may not change.
 func Update(old, pod *corev1.Pod) field.ErrorList {
 	errs := Create(pod)
+
+	// The grouper sees only pods carrying the managed label: without it the
+	// pod would keep sluice's finalizer forever and its quota would leak.
+	// Changing the value is already refused by Create.
+	if old.Labels[podkeys.ManagedLabel] == podkeys.ManagedLabelValue {
+		if _, ok := pod.Labels[podkeys.ManagedLabel]; !ok {
+			errs = append(errs, field.Forbidden(managedPath, DetailManagedRemoved))
+		}
+	}
 
 	oldQueue, newQueue := old.Labels[podkeys.QueueNameLabel], pod.Labels[podkeys.QueueNameLabel]
 	if oldQueue != newQueue && !gated(old) && !finished(old) {

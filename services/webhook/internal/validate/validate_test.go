@@ -138,6 +138,10 @@ func TestUpdate(t *testing.T) {
 	}
 	count := map[string]string{podkeys.PodGroupTotalCountAnnotation: "2"}
 	retriable := func(v string) map[string]string { return map[string]string{podkeys.RetriableInGroupAnnotation: v} }
+	managed := func(labels map[string]string) map[string]string {
+		labels[podkeys.ManagedLabel] = podkeys.ManagedLabelValue
+		return labels
+	}
 
 	tests := []struct {
 		name string
@@ -182,6 +186,34 @@ func TestUpdate(t *testing.T) {
 			name: "retriable false flipped",
 			old:  pod(nil, retriable("false")), new: pod(nil, retriable("true")),
 			want: []want{{field.ErrorTypeForbidden, retryField, DetailRetriableFinal}},
+		},
+		{
+			name: "managed label removed",
+			old:  gated(pod(managed(q("a")), nil)), new: gated(pod(q("a"), nil)),
+			want: []want{{field.ErrorTypeForbidden, mngField, DetailManagedRemoved}},
+		},
+		{
+			name: "managed label removed with the queue while gated",
+			old:  gated(pod(managed(q("a")), nil)), new: gated(pod(nil, nil)),
+			want: []want{{field.ErrorTypeForbidden, mngField, DetailManagedRemoved}},
+		},
+		{
+			name: "managed label removed after the pod finished",
+			old:  phase(corev1.PodSucceeded)(pod(managed(q("a")), nil)), new: phase(corev1.PodSucceeded)(pod(q("a"), nil)),
+			want: []want{{field.ErrorTypeForbidden, mngField, DetailManagedRemoved}},
+		},
+		{
+			name: "managed label changed",
+			old:  running(pod(managed(q("a")), nil)), new: running(pod(map[string]string{podkeys.QueueNameLabel: "a", podkeys.ManagedLabel: "false"}, nil)),
+			want: []want{{field.ErrorTypeForbidden, mngField, DetailManagedValue}},
+		},
+		{name: "managed label kept", old: running(pod(managed(q("a")), nil)), new: running(pod(managed(q("a")), nil))},
+		{name: "managed label added", old: pod(q("a"), nil), new: pod(managed(q("a")), nil)},
+		{
+			// A pod that never passed through sluice may carry a stray
+			// value; removing it is how it gets valid again.
+			name: "invalid managed value removed",
+			old:  pod(map[string]string{podkeys.ManagedLabel: "false"}, nil), new: pod(nil, nil),
 		},
 		{
 			name: "create rules apply on update",

@@ -1,0 +1,125 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
+	sluicev1 "github.com/sluice-dev/sluice/gen/sluice/v1"
+	"github.com/sluice-dev/sluice/pkg/crashpoint"
+	"github.com/sluice-dev/sluice/services/grouper/internal/podpatch"
+	"github.com/sluice-dev/sluice/services/grouper/internal/workload"
+)
+
+const (
+	// stopWorkers bounds the concurrent stop checks; evictions are rare.
+	stopWorkers = 4
+	// stopSweep is how often every EVICT and DELETE decision in force is
+	// checked again, whatever events were missed.
+	stopSweep = 10 * time.Second
+)
+
+// stopping reports whether d asks for the workload's pods to stop.
+func stopping(d *admitterv1.Decision) bool {
+	switch d.GetAction() {
+	case admitterv1.Decision_ACTION_EVICT, admitterv1.Decision_ACTION_DELETE:
+		return true
+	}
+	return false
+}
+
+// runStopChecks serves the stop queue until ctx ends.
+func (r *Reconciler) runStopChecks(ctx context.Context) error {
+	go func() {
+		<-ctx.Done()
+		r.stopQ.ShutDown()
+	}()
+	for range stopWorkers {
+		go r.stopWorker(ctx)
+	}
+	ticker := time.NewTicker(stopSweep)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+			for _, k := range r.decisions.keys(stopping) {
+				if r.opts.Shard.Owns(k.Namespace, k.Name) {
+					r.stopQ.Add(k)
+				}
+			}
+		}
+	}
+}
+
+func (r *Reconciler) stopWorker(ctx context.Context) {
+	for {
+		key, shutdown := r.stopQ.Get()
+		if shutdown {
+			return
+		}
+		if err := r.checkStopped(ctx, key); err != nil {
+			r.opts.Log.V(1).Info("stop report failed; retrying", "workload", key.String(), "error", err.Error())
+			r.stopQ.AddRateLimited(key)
+		} else {
+			r.stopQ.Forget(key)
+		}
+		r.stopQ.Done(key)
+	}
+}
+
+// checkStopped reports a workload under an EVICT or DELETE decision as
+// stopped once none of its pods runs: for an eviction gated pods may stay
+// (they wait for the next admission); for a deletion every pod must be
+// gone or on its way out without having run. A pod that ended but still
+// carries sluice's finalizer is left to its finish report, which ends the
+// workload.
+func (r *Reconciler) checkStopped(ctx context.Context, key workload.Key) error {
+	entry, ok := r.decisions.get(key)
+	if !ok || !stopping(entry.decision) || r.stops.reported(key, entry.decision) {
+		return nil
+	}
+	d := entry.decision
+	var pods corev1.PodList
+	if err := r.opts.Client.List(ctx, &pods, client.InNamespace(key.Namespace), client.MatchingFields{WorkloadIndex: key.String()}); err != nil {
+		return fmt.Errorf("list pods of workload %s: %w", key, err)
+	}
+	for i := range pods.Items {
+		if !stoppedFor(&pods.Items[i], d.GetAction()) {
+			return nil // its own reconcile wakes this check again
+		}
+	}
+	ref := &sluicev1.WorkloadRef{Namespace: key.Namespace, Name: key.Name, Uid: d.GetWorkload().GetUid()}
+	cctx, cancel := context.WithTimeout(ctx, r.opts.CallTimeout)
+	defer cancel()
+	_, err := r.opts.Admitter.ReportProgress(cctx, &admitterv1.ReportProgressRequest{
+		Workload: ref,
+		Stopped:  &admitterv1.Stopped{ReservationId: d.GetReservationId()},
+	})
+	if err != nil {
+		return fmt.Errorf("report workload %s stopped: %w", key, err)
+	}
+	crashpoint.Hit("grouper/report-stopped")
+	r.stops.markReported(key, d)
+	r.opts.Log.V(1).Info("workload reported stopped", "workload", key.String(), "decision", d.GetAction().String())
+	return nil
+}
+
+// stoppedFor reports whether pod no longer stands in the way of the stop
+// a decision with action asks for.
+func stoppedFor(pod *corev1.Pod, action admitterv1.Decision_Action) bool {
+	ended := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+	if ended {
+		return !podpatch.HasFinalizer(pod)
+	}
+	neverRan := podpatch.HasGate(pod) || pod.Spec.NodeName == ""
+	if action == admitterv1.Decision_ACTION_EVICT {
+		return podpatch.HasGate(pod)
+	}
+	return neverRan && pod.DeletionTimestamp != nil
+}
