@@ -254,6 +254,13 @@ func TestConflictingCheckUpdatesAreNotAdmitted(t *testing.T) {
 	if isTrue(wl, v1alpha1.WorkloadAdmitted) {
 		t.Fatal("admitted despite conflicting updates")
 	}
+	// Ready answers are final for their reservation: the conflict gives the
+	// reservation up, so the quota is not held by a workload that cannot
+	// start, and the checks are asked afresh after a backoff.
+	if wl.Status.Admission != nil || wl.Status.RequeueState == nil || wl.Status.RequeueState.RequeueAt == nil {
+		t.Fatalf("in conflict: admission %+v, requeueState %s; want the reservation released with a backoff",
+			wl.Status.Admission, describeRequeue(wl.Status.RequeueState))
+	}
 	later := checkA
 	if checkB > checkA {
 		later = checkB
