@@ -57,6 +57,7 @@ func run() error {
 	fs.DurationVar(&cfg.StatusInterval, "queue-status-interval", time.Second, "least time between two status writes of one ClusterQueue or LocalQueue")
 	fs.IntVar(&cfg.WriteConcurrency, "write-concurrency", 32, "concurrent Workload writes of one scheduling cycle")
 	fs.IntVar(&cfg.CheckWorkers, "check-workers", 16, "workloads whose admission checks are evaluated at once")
+	fs.IntVar(&cfg.ReleaseWorkers, "release-workers", 8, "Release calls to admission-check providers in flight at once")
 	flag.Parse()
 	if cfg.LeaseNamespace == "" {
 		cfg.LeaseNamespace = namespace

@@ -82,6 +82,8 @@ type Config struct {
 	WriteConcurrency int
 	// CheckWorkers is how many workloads' checks are evaluated at once.
 	CheckWorkers int
+	// ReleaseWorkers is how many Release calls are in flight at once.
+	ReleaseWorkers int
 
 	// Ready, if set, is called once the admitter leads and serves.
 	Ready func()
@@ -156,6 +158,7 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 		Log:              log.WithName("controller"),
 		WriteConcurrency: cfg.WriteConcurrency,
 		CheckWorkers:     cfg.CheckWorkers,
+		ReleaseWorkers:   cfg.ReleaseWorkers,
 		StatusInterval:   cfg.StatusInterval,
 		ProbeInterval:    cfg.ProbeInterval,
 		EventInterval:    cfg.EventInterval,
