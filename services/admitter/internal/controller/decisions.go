@@ -25,18 +25,19 @@ func needsCheckPhase(wl *v1alpha1.Workload) bool {
 }
 
 // decisionFor is the decision in force for wl's pods, read from its
-// persisted state: DELETE while the object is being deleted (every pod
-// must go), EVICT while an eviction holds the quota (running pods must
-// stop), ADMIT while admitted (pods run with the pod set infos); nil when
-// the pods need nothing (pending, or finished).
+// persisted state: DELETE while the object is being deleted, finished or
+// not (every pod must go, and the grouper confirms it before the object
+// may), EVICT while an eviction holds the quota (running pods must stop),
+// ADMIT while admitted (pods run with the pod set infos); nil when the
+// pods need nothing (pending, or finished).
 func decisionFor(wl *v1alpha1.Workload) *admitterv1.Decision {
 	d := &admitterv1.Decision{Workload: workload.Ref(wl), ReservationId: reservationID(wl)}
 	switch {
-	case isFinished(wl):
-		return nil
 	case isDeleting(wl):
 		d.Action = admitterv1.Decision_ACTION_DELETE
 		d.Message = "the Workload was deleted"
+	case isFinished(wl):
+		return nil
 	case isEvicting(wl):
 		d.Action = admitterv1.Decision_ACTION_EVICT
 		d.Message = "evicted"

@@ -13,9 +13,9 @@ import (
 	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
 )
 
-// A deleted Workload keeps the ResourceInUseFinalizer until its pods are
-// gone (the grouper reports them stopped, or the workload finished) and
-// its providers acknowledged the Releases of its reservation. Until then
+// A deleted Workload keeps the ResourceInUseFinalizer until the grouper
+// reports that no pod of it holds sluice's finalizer any more, and its
+// providers acknowledged the Releases of its reservation. Until then
 // its decision in force is DELETE and it keeps its quota, so the deletion
 // survives any crash and a resubmission can never bring it back.
 
@@ -77,7 +77,7 @@ func (a *Admitter) finishDeletion(ctx context.Context, key types.NamespacedName)
 	if orig == nil || !isDeleting(orig) || !slices.Contains(orig.Finalizers, v1alpha1.ResourceInUseFinalizer) {
 		return nil
 	}
-	if !isFinished(orig) && !a.deletions.isStopped(key, orig.UID) {
+	if !a.deletions.isStopped(key, orig.UID) {
 		return nil // waiting for the grouper
 	}
 	if orig.Status.Admission != nil && !isFinished(orig) {

@@ -127,7 +127,8 @@ func TestDecisionFor(t *testing.T) {
 		{"deleted while pending: every pod must go", true, v1alpha1.WorkloadStatus{}, admitterv1.Decision_ACTION_DELETE},
 		{"deleted while admitted", true, v1alpha1.WorkloadStatus{Admission: admission, Conditions: conds(v1alpha1.WorkloadAdmitted)},
 			admitterv1.Decision_ACTION_DELETE},
-		{"deleted after it finished: nothing in force", true, v1alpha1.WorkloadStatus{Conditions: conds(v1alpha1.WorkloadFinished)}, none},
+		{"deleted after it finished: the grouper still confirms its pods are gone", true,
+			v1alpha1.WorkloadStatus{Conditions: conds(v1alpha1.WorkloadFinished)}, admitterv1.Decision_ACTION_DELETE},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
@@ -17,18 +18,30 @@ import (
 type store struct {
 	mu sync.RWMutex
 	m  map[types.NamespacedName]*v1alpha1.Workload
+	// deleted remembers, for a while, the uids of workloads seen deleted,
+	// so a read that raced the deletion cannot bring one back.
+	deleted   map[types.UID]time.Time
+	lastPrune time.Time
 }
 
+// tombstoneTTL is how long a deleted workload's uid is refused: far longer
+// than any read that could have started before the deletion.
+const tombstoneTTL = 10 * time.Minute
+
 func newStore() *store {
-	return &store{m: map[types.NamespacedName]*v1alpha1.Workload{}}
+	return &store{m: map[types.NamespacedName]*v1alpha1.Workload{}, deleted: map[types.UID]time.Time{}}
 }
 
 // upsert records wl unless the store holds the same or a newer version
-// of it. It returns the version it replaced and whether wl was recorded.
+// of it, or saw it deleted. It returns the version it replaced and whether
+// wl was recorded.
 func (s *store) upsert(wl *v1alpha1.Workload) (*v1alpha1.Workload, bool) {
 	key := types.NamespacedName{Namespace: wl.Namespace, Name: wl.Name}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if _, gone := s.deleted[wl.UID]; gone {
+		return s.m[key], false
+	}
 	prev := s.m[key]
 	if prev != nil && prev.UID == wl.UID && !newer(wl.ResourceVersion, prev.ResourceVersion) {
 		return prev, false
@@ -53,6 +66,18 @@ func (s *store) remove(key types.NamespacedName, uid types.UID) *v1alpha1.Worklo
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	prev := s.m[key]
+	now := time.Now()
+	if uid != "" {
+		s.deleted[uid] = now
+	}
+	if now.Sub(s.lastPrune) > tombstoneTTL/10 {
+		s.lastPrune = now
+		for u, at := range s.deleted {
+			if now.Sub(at) > tombstoneTTL {
+				delete(s.deleted, u)
+			}
+		}
+	}
 	if prev == nil || (uid != "" && prev.UID != uid) {
 		return nil
 	}

@@ -53,3 +53,23 @@ func TestStoreRemoveChecksUID(t *testing.T) {
 		t.Fatal("removing the current incarnation left it in the store")
 	}
 }
+
+// A read that raced a deletion must not bring the deleted workload back.
+func TestStoreRefusesDeletedWorkloads(t *testing.T) {
+	s := newStore()
+	wl := &v1alpha1.Workload{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "w", UID: "u1", ResourceVersion: "5"}}
+	s.upsert(wl)
+	key := types.NamespacedName{Namespace: "ns", Name: "w"}
+	if s.remove(key, "u1") == nil {
+		t.Fatal("remove found nothing")
+	}
+	stale := wl.DeepCopy()
+	stale.ResourceVersion = "4"
+	if _, ok := s.upsert(stale); ok || s.get(key) != nil {
+		t.Fatal("a stale read of a deleted workload was recorded")
+	}
+	again := &v1alpha1.Workload{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "w", UID: "u2", ResourceVersion: "9"}}
+	if _, ok := s.upsert(again); !ok || s.get(key).UID != "u2" {
+		t.Fatal("a new workload of the same name was refused")
+	}
+}

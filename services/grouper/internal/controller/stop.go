@@ -75,10 +75,10 @@ func (r *Reconciler) stopWorker(ctx context.Context) {
 
 // checkStopped reports a workload under an EVICT or DELETE decision as
 // stopped once none of its pods runs: for an eviction gated pods may stay
-// (they wait for the next admission); for a deletion every pod must be
-// gone or on its way out without having run. A pod that ended but still
-// carries sluice's finalizer is left to its finish report, which ends the
-// workload.
+// (they wait for the next admission); for a deletion no pod may hold
+// sluice's finalizer any more, so the Workload never goes before its pods.
+// A pod that ended but still carries the finalizer is left to its finish
+// report first.
 func (r *Reconciler) checkStopped(ctx context.Context, key workload.Key) error {
 	entry, ok := r.decisions.get(key)
 	if !ok || !stopping(entry.decision) || r.stops.reported(key, entry.decision) {
@@ -117,9 +117,8 @@ func stoppedFor(pod *corev1.Pod, action admitterv1.Decision_Action) bool {
 	if ended {
 		return !podpatch.HasFinalizer(pod)
 	}
-	neverRan := podpatch.HasGate(pod) || pod.Spec.NodeName == ""
 	if action == admitterv1.Decision_ACTION_EVICT {
 		return podpatch.HasGate(pod)
 	}
-	return neverRan && pod.DeletionTimestamp != nil
+	return !podpatch.HasFinalizer(pod)
 }
