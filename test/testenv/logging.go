@@ -15,5 +15,10 @@ import (
 // RunMain calls it with os.Stderr; a test binary that starts its control
 // plane with Start calls it from its TestMain.
 func SetLogger(w io.Writer) {
-	ctrllog.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelError})))
+	ctrllog.SetLogger(errorLogger(w))
+}
+
+// errorLogger writes only errors to w.
+func errorLogger(w io.Writer) logr.Logger {
+	return logr.FromSlogHandler(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelError}))
 }
