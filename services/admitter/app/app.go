@@ -24,6 +24,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
+	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 	"github.com/sluice-dev/sluice/pkg/kube"
 	"github.com/sluice-dev/sluice/pkg/rpc"
 	"github.com/sluice-dev/sluice/pkg/serve"
@@ -32,6 +33,7 @@ import (
 	"github.com/sluice-dev/sluice/services/admitter/internal/metrics"
 	"github.com/sluice-dev/sluice/services/admitter/internal/server"
 	"github.com/sluice-dev/sluice/services/admitter/internal/stream"
+	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
 )
 
 // Defaults of the admitter's settings.
@@ -89,6 +91,16 @@ type Config struct {
 	Ready func()
 }
 
+// shrinkWorkloads is the Workload informer's transform: managed fields
+// stripped like every object's, and finished workloads shrunk.
+func shrinkWorkloads(obj any) (any, error) {
+	obj, err := cache.TransformStripManagedFields()(obj)
+	if err != nil {
+		return nil, err
+	}
+	return workload.Shrink(obj)
+}
+
 // Scheme returns the scheme of the admitter's clients: client-go's kinds
 // and sluice.dev/v1alpha1.
 func Scheme() (*runtime.Scheme, error) { return kube.Scheme() }
@@ -132,7 +144,12 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 		LeaderElectionNamespace:       cfg.LeaseNamespace,
 		LeaderElectionResourceLock:    "leases",
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+		Cache: cache.Options{
+			DefaultTransform: cache.TransformStripManagedFields(),
+			ByObject: map[client.Object]cache.ByObject{
+				&v1alpha1.Workload{}: {Transform: shrinkWorkloads},
+			},
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)

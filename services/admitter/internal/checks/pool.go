@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -79,60 +80,211 @@ func Parameters(ac *v1alpha1.AdmissionCheck) (*structpb.Struct, error) {
 	return s, nil
 }
 
-// Pool holds one client connection per provider endpoint. It is safe for
-// concurrent use.
+// DefaultIdleTimeout is how long a provider connection may go unused
+// before the pool closes it (see WithIdleTimeout).
+const DefaultIdleTimeout = 10 * time.Minute
+
+// maxSweepInterval bounds how long an idle connection outlives its idle
+// timeout.
+const maxSweepInterval = time.Minute
+
+// errPoolClosed is what calls get after Pool.Close.
+var errPoolClosed = status.Error(codes.Unavailable, "checks: the provider connection pool is closed")
+
+// idleTimeoutOption carries WithIdleTimeout's value to NewPool, which takes
+// it out of the dial options; it does nothing by itself.
+type idleTimeoutOption struct {
+	grpc.EmptyDialOption
+	d time.Duration
+}
+
+// WithIdleTimeout sets how long a provider connection may go without a
+// call before the pool closes it and forgets its endpoint; the next call
+// to that endpoint dials it again. A connection with a call in flight is
+// never closed. d <= 0 keeps connections until Pool.Close. The default is
+// DefaultIdleTimeout. It takes effect only when passed to NewPool (it is a
+// grpc.DialOption so that NewPool keeps its signature).
+func WithIdleTimeout(d time.Duration) grpc.DialOption {
+	return idleTimeoutOption{d: d}
+}
+
+// Pool holds one client connection per provider endpoint, dialled on first
+// use. A connection unused for the idle timeout is closed and dropped by a
+// background sweep, so endpoints that AdmissionChecks no longer name (a
+// check deleted, or its spec.endpoint changed) do not keep connections. It
+// is safe for concurrent use.
 type Pool struct {
-	log     logr.Logger
-	metrics *metrics.Metrics
-	opts    []grpc.DialOption
+	log         logr.Logger
+	metrics     *metrics.Metrics
+	opts        []grpc.DialOption
+	idleTimeout time.Duration
+	now         func() time.Time // the clock; tests replace it
 
-	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
+	mu       sync.Mutex
+	conns    map[string]*poolConn
+	closed   bool
+	sweeping bool          // the sweep goroutine runs
+	stop     chan struct{} // closed by Close to stop the sweep
+	swept    sync.WaitGroup
+	sweeps   uint64 // sweeps done, for tests
 }
 
-// NewPool returns an empty pool; opts are passed to every rpc.Dial.
+// poolConn is one endpoint's connection and its use, guarded by Pool.mu.
+type poolConn struct {
+	conn     *grpc.ClientConn
+	inFlight int       // calls that hold conn
+	lastUsed time.Time // when a call last took or gave back conn
+}
+
+// NewPool returns an empty pool. opts are passed to every rpc.Dial, except
+// WithIdleTimeout, which configures the pool.
 func NewPool(log logr.Logger, m *metrics.Metrics, opts ...grpc.DialOption) *Pool {
-	return &Pool{log: log, metrics: m, opts: opts, conns: map[string]*grpc.ClientConn{}}
+	p := &Pool{
+		log:         log,
+		metrics:     m,
+		idleTimeout: DefaultIdleTimeout,
+		now:         time.Now,
+		conns:       map[string]*poolConn{},
+		stop:        make(chan struct{}),
+	}
+	for _, o := range opts {
+		if it, ok := o.(idleTimeoutOption); ok {
+			p.idleTimeout = it.d
+			continue
+		}
+		p.opts = append(p.opts, o)
+	}
+	return p
 }
 
-// conn returns the cached connection to endpoint, dialling it first.
-func (p *Pool) conn(endpoint string) (*grpc.ClientConn, error) {
+// acquire returns the connection to endpoint, dialling it first, and
+// counts a call in flight on it until release.
+func (p *Pool) acquire(endpoint string) (*poolConn, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if c, ok := p.conns[endpoint]; ok {
-		return c, nil
+	if p.closed {
+		return nil, errPoolClosed
 	}
-	c, err := rpc.Dial(endpoint, p.log.WithValues("endpoint", endpoint), p.opts...)
-	if err != nil {
-		return nil, err
+	pc, ok := p.conns[endpoint]
+	if !ok {
+		// rpc.Dial does not connect (grpc.NewClient), so holding mu is cheap.
+		c, err := rpc.Dial(endpoint, p.log.WithValues("endpoint", endpoint), p.opts...)
+		if err != nil {
+			return nil, err
+		}
+		pc = &poolConn{conn: c}
+		p.conns[endpoint] = pc
+		p.startSweepLocked()
 	}
-	p.conns[endpoint] = c
-	return c, nil
+	pc.inFlight++
+	pc.lastUsed = p.now()
+	return pc, nil
 }
 
-// Close closes every connection.
+// release ends a call that acquire counted.
+func (p *Pool) release(pc *poolConn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pc.inFlight--
+	pc.lastUsed = p.now()
+}
+
+// startSweepLocked starts the sweep goroutine unless it runs or idle
+// connections are kept; p.mu must be held.
+func (p *Pool) startSweepLocked() {
+	if p.sweeping || p.idleTimeout <= 0 {
+		return
+	}
+	p.sweeping = true
+	p.swept.Add(1)
+	go p.sweepLoop(min(max(p.idleTimeout/2, time.Millisecond), maxSweepInterval))
+}
+
+// sweepLoop closes idle connections every interval until Close, or until
+// the pool holds no connection (acquire starts it again).
+func (p *Pool) sweepLoop(interval time.Duration) {
+	defer p.swept.Done()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+		}
+		if !p.sweep() {
+			return
+		}
+	}
+}
+
+// sweep closes and forgets every connection without a call in flight that
+// was last used at least the idle timeout ago. It reports whether the
+// sweep goroutine should go on; when it should not, it has marked it
+// stopped.
+func (p *Pool) sweep() bool {
+	p.mu.Lock()
+	now := p.now()
+	var idle []*grpc.ClientConn
+	var endpoints []string
+	for ep, pc := range p.conns {
+		if pc.inFlight == 0 && now.Sub(pc.lastUsed) >= p.idleTimeout {
+			delete(p.conns, ep)
+			idle = append(idle, pc.conn)
+			endpoints = append(endpoints, ep)
+		}
+	}
+	p.sweeps++
+	goOn := !p.closed && len(p.conns) > 0
+	if !goOn {
+		p.sweeping = false
+	}
+	p.mu.Unlock()
+
+	// Out of the map and with no call in flight, no caller holds these.
+	for i, c := range idle {
+		p.log.V(1).Info("closing idle provider connection", "endpoint", endpoints[i], "idleTimeout", p.idleTimeout.String())
+		if err := c.Close(); err != nil {
+			p.log.V(1).Info("closing provider connection", "endpoint", endpoints[i], "error", err.Error())
+		}
+	}
+	return goOn
+}
+
+// Close stops the sweep and closes every connection, cutting off calls in
+// flight. Calls after Close fail with UNAVAILABLE. Close may be called more
+// than once.
 func (p *Pool) Close() {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	for ep, c := range p.conns {
-		if err := c.Close(); err != nil {
+	if !p.closed {
+		p.closed = true
+		close(p.stop)
+	}
+	conns := p.conns
+	p.conns = map[string]*poolConn{}
+	p.mu.Unlock()
+
+	p.swept.Wait()
+	for ep, pc := range conns {
+		if err := pc.conn.Close(); err != nil {
 			p.log.V(1).Info("closing provider connection", "endpoint", ep, "error", err.Error())
 		}
 	}
-	p.conns = map[string]*grpc.ClientConn{}
 }
 
-// call runs fn with ac's deadline and records its latency and failure.
+// call runs fn with ac's deadline and records its latency and failure. The
+// connection fn gets is not closed as idle while fn runs.
 func (p *Pool) call(ctx context.Context, ac *v1alpha1.AdmissionCheck, method string, fn func(context.Context, *grpc.ClientConn) error) error {
-	c, err := p.conn(ac.Spec.Endpoint)
+	pc, err := p.acquire(ac.Spec.Endpoint)
 	if err != nil {
 		p.metrics.CheckCallErrors.WithLabelValues(ac.Name, method, "dial").Inc()
 		return err
 	}
+	defer p.release(pc)
 	ctx, cancel := context.WithTimeout(ctx, Timeout(ac))
 	defer cancel()
 	start := time.Now()
-	err = fn(ctx, c)
+	err = fn(ctx, pc.conn)
 	p.metrics.CheckCallDuration.WithLabelValues(ac.Name, method).Observe(time.Since(start).Seconds())
 	if err != nil {
 		p.metrics.CheckCallErrors.WithLabelValues(ac.Name, method, status.Code(err).String()).Inc()

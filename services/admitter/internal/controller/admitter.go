@@ -1,11 +1,11 @@
-// Package controller is the admitter's control loop: it keeps every
-// Workload in memory (from informer caches and its own writes), runs
-// batched scheduling cycles that reserve quota, drives the admission-check
-// phase, evicts, finishes and lets deleted workloads go, owes and sends
-// the checks' Release calls, publishes the decisions in force on the
-// stream only after they are persisted, and keeps ClusterQueue,
-// LocalQueue and AdmissionCheck status up to date. It is the only writer
-// of Workloads.
+// Package controller wires the admitter together. The Admitter keeps the
+// store of Workloads from the informers and its own writes, and hands every
+// change to the parts that act on it: the scheduler (queues, usage and
+// scheduling cycles), the check phase, the lifecycle Writer (every Workload
+// write, deletions included), the Release tracker, the prober and the
+// queue status reporter. It publishes the decisions in force on the stream
+// only after they are persisted, and serves the calls the gRPC server
+// forwards — only while it leads.
 package controller
 
 import (
@@ -22,31 +22,43 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
+	"github.com/sluice-dev/sluice/services/admitter/internal/checkphase"
 	"github.com/sluice-dev/sluice/services/admitter/internal/checks"
+	"github.com/sluice-dev/sluice/services/admitter/internal/lifecycle"
 	"github.com/sluice-dev/sluice/services/admitter/internal/metrics"
+	"github.com/sluice-dev/sluice/services/admitter/internal/probe"
+	"github.com/sluice-dev/sluice/services/admitter/internal/queuestatus"
+	"github.com/sluice-dev/sluice/services/admitter/internal/releases"
+	"github.com/sluice-dev/sluice/services/admitter/internal/scheduler"
+	"github.com/sluice-dev/sluice/services/admitter/internal/store"
 	"github.com/sluice-dev/sluice/services/admitter/internal/stream"
+	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
 )
 
 // FieldOwner is the field manager of every write the admitter makes.
-const FieldOwner = "sluice-admitter"
+const FieldOwner = lifecycle.FieldOwner
 
 // Defaults for Config.
 const (
 	DefaultWriteConcurrency = 32
-	DefaultCheckWorkers     = 16
-	DefaultStatusInterval   = time.Second
-	DefaultProbeInterval    = 30 * time.Second
-	DefaultEventInterval    = 10 * time.Second
-	// pendingMessageInterval is the least time between two writes of a
-	// waiting workload's message when only the message changes (the
-	// amount missing moves with every admission and finish).
-	pendingMessageInterval = 10 * time.Second
+	DefaultCheckWorkers     = checkphase.DefaultWorkers
+	DefaultReleaseWorkers   = releases.DefaultWorkers
+	DefaultStatusInterval   = queuestatus.DefaultInterval
+	DefaultProbeInterval    = probe.DefaultInterval
+	DefaultEventInterval    = queuestatus.DefaultEventInterval
 )
+
+// ErrNotLeader is returned by calls made to an admitter that does not lead.
+var ErrNotLeader = errors.New("this admitter is not the leader")
+
+// ErrStale reports a write lost to a newer version of the workload; the
+// caller may retry.
+var ErrStale = lifecycle.ErrStale
 
 // Config is what the Admitter needs.
 type Config struct {
@@ -65,7 +77,7 @@ type Config struct {
 	Checks *checks.Pool
 	// Metrics are the admitter's collectors.
 	Metrics *metrics.Metrics
-	// Log is the admitter's logger.
+	// Log is the admitter's logger; every part logs through the context.
 	Log logr.Logger
 	// OnLeading is called once the admitter leads and serves.
 	OnLeading func()
@@ -88,33 +100,27 @@ type Config struct {
 	EventInterval time.Duration
 }
 
-// Admitter is the admitter's control loop. Create it with New, register
-// its informer handlers with Watch, and run it (as a leader-election
-// runnable) with Start.
+// Admitter is the wiring of the admitter's parts. Create it with New,
+// register its informer handlers with Watch, and run it (as a
+// leader-election runnable) with Start.
 type Admitter struct {
 	cfg   Config
-	log   logr.Logger
-	store *store
-	locks *keyLocks
+	store *store.Store
+
+	sched    *scheduler.Scheduler
+	writer   *lifecycle.Writer
+	phase    *checkphase.Orchestrator
+	releases *releases.Tracker
+	prober   *probe.Prober
+	reporter *queuestatus.Reporter
 
 	leading  atomic.Bool
 	leaderMu sync.Mutex // orders becoming leader against decision publishing
 
-	trigger   chan struct{}
-	timerMu   sync.Mutex
-	timerAt   time.Time
-	timer     *time.Timer
-	checkQ    workqueue.TypedDelayingInterface[types.NamespacedName]
-	probeQ    workqueue.TypedDelayingInterface[string]
-	deletionQ workqueue.TypedRateLimitingInterface[types.NamespacedName]
-	releases  *releases
-	deletions *stoppedSet
-	progress  *progressTracker
-	queues    *queueStatus
-	summaries *summaries
-
-	pendingMu     sync.Mutex
-	pendingWrites map[types.NamespacedName]time.Time
+	trigger chan struct{}
+	timerMu sync.Mutex
+	timerAt time.Time
+	timer   *time.Timer
 }
 
 // New returns an Admitter that does nothing until Watch and Start.
@@ -122,41 +128,37 @@ func New(cfg Config) *Admitter {
 	if cfg.WriteConcurrency <= 0 {
 		cfg.WriteConcurrency = DefaultWriteConcurrency
 	}
-	if cfg.CheckWorkers <= 0 {
-		cfg.CheckWorkers = DefaultCheckWorkers
-	}
-	if cfg.ReleaseWorkers <= 0 {
-		cfg.ReleaseWorkers = DefaultReleaseWorkers
-	}
-	if cfg.StatusInterval <= 0 {
-		cfg.StatusInterval = DefaultStatusInterval
-	}
-	if cfg.ProbeInterval <= 0 {
-		cfg.ProbeInterval = DefaultProbeInterval
-	}
-	if cfg.EventInterval <= 0 {
-		cfg.EventInterval = DefaultEventInterval
-	}
 	if cfg.OnLeading == nil {
 		cfg.OnLeading = func() {}
 	}
-	return &Admitter{
+	a := &Admitter{
 		cfg:     cfg,
-		log:     cfg.Log,
-		store:   newStore(),
-		locks:   newKeyLocks(),
+		store:   store.New(),
+		sched:   scheduler.New(),
 		trigger: make(chan struct{}, 1),
-		checkQ:  workqueue.NewTypedDelayingQueue[types.NamespacedName](),
-		probeQ:  workqueue.NewTypedDelayingQueue[string](),
-		deletionQ: workqueue.NewTypedRateLimitingQueue(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[types.NamespacedName](100*time.Millisecond, 30*time.Second)),
-		releases:      newReleases(),
-		deletions:     newStoppedSet(),
-		progress:      newProgressTracker(),
-		queues:        newQueueStatus(),
-		summaries:     newSummaries(),
-		pendingWrites: map[types.NamespacedName]time.Time{},
 	}
+	locks := store.NewLocks()
+	a.reporter = queuestatus.New(queuestatus.Config{
+		Client: cfg.Client, Reader: cfg.Cache, Recorder: cfg.Recorder, Metrics: cfg.Metrics,
+		Statuses: a.sched.Statuses, Interval: cfg.StatusInterval, EventInterval: cfg.EventInterval,
+	})
+	a.releases = releases.New(releases.Config{
+		Checks: cfg.Checks, Check: a.sched.Check, Workers: cfg.ReleaseWorkers,
+		Acknowledged: func(key types.NamespacedName) { a.writer.WatchDeletion(key) },
+	})
+	a.writer = lifecycle.New(lifecycle.Config{
+		Client: cfg.Client, APIReader: cfg.APIReader, Store: a.store, Locks: locks,
+		Recorder: cfg.Recorder, Metrics: cfg.Metrics, Releases: a.releases,
+		Observe: a.record, Requeue: a.triggerCycle, Reserved: a.reporter.Reserved,
+	})
+	a.phase = checkphase.New(checkphase.Config{
+		Store: a.store, Locks: locks, Writer: a.writer, Checks: cfg.Checks, Metrics: cfg.Metrics,
+		Recorder: cfg.Recorder, Catalog: a.sched.Catalog, Workers: cfg.CheckWorkers,
+	})
+	a.prober = probe.New(probe.Config{
+		Client: cfg.Client, Reader: cfg.Cache, Checks: cfg.Checks, Recorder: cfg.Recorder, Interval: cfg.ProbeInterval,
+	})
+	return a
 }
 
 // Leading reports whether this admitter is the leader and serves.
@@ -174,143 +176,147 @@ func (a *Admitter) Ready(context.Context) error {
 // leader.
 func (a *Admitter) NeedLeaderElection() bool { return true }
 
-// Watch registers the informer handlers that keep the store and trigger
-// the loops. Call it before the cache starts.
+// Watch registers the informer handlers that keep the store and the
+// scheduler up to date and trigger the loops. Call it before the cache
+// starts.
 func (a *Admitter) Watch(ctx context.Context) error {
-	wlInformer, err := a.cfg.Cache.GetInformer(ctx, &v1alpha1.Workload{})
-	if err != nil {
-		return fmt.Errorf("workload informer: %w", err)
+	handlers := []struct {
+		obj client.Object
+		h   toolscache.ResourceEventHandlerFuncs
+	}{
+		{&v1alpha1.Workload{}, toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { a.observe(obj) },
+			UpdateFunc: func(_, obj any) { a.observe(obj) },
+			DeleteFunc: a.observeDelete,
+		}},
+		{&v1alpha1.ClusterQueue{}, a.schedulerHandler(
+			func(obj any) { a.sched.SetClusterQueue(obj.(*v1alpha1.ClusterQueue)) },
+			func(obj any) { a.sched.DeleteClusterQueue(obj.(*v1alpha1.ClusterQueue).Name) })},
+		{&v1alpha1.LocalQueue{}, a.schedulerHandler(
+			func(obj any) { a.sched.SetLocalQueue(obj.(*v1alpha1.LocalQueue)) },
+			func(obj any) { a.sched.DeleteLocalQueue(client.ObjectKeyFromObject(obj.(*v1alpha1.LocalQueue))) })},
+		{&v1alpha1.ResourceFlavor{}, a.schedulerHandler(
+			func(obj any) { a.sched.SetFlavor(obj.(*v1alpha1.ResourceFlavor)) },
+			func(obj any) { a.sched.DeleteFlavor(obj.(*v1alpha1.ResourceFlavor).Name) })},
+		{&corev1.Namespace{}, a.schedulerHandler(
+			func(obj any) { ns := obj.(*corev1.Namespace); a.sched.SetNamespace(ns.Name, ns.Labels) },
+			func(obj any) { a.sched.DeleteNamespace(obj.(*corev1.Namespace).Name) })},
+		{&v1alpha1.AdmissionCheck{}, toolscache.ResourceEventHandlerFuncs{
+			AddFunc: func(obj any) {
+				ac := obj.(*v1alpha1.AdmissionCheck)
+				a.sched.SetCheck(ac)
+				a.prober.Enqueue(ac.Name)
+				a.triggerCycle()
+			},
+			UpdateFunc: func(oldObj, obj any) {
+				ac := obj.(*v1alpha1.AdmissionCheck)
+				a.sched.SetCheck(ac)
+				if oldObj.(*v1alpha1.AdmissionCheck).Generation != ac.Generation {
+					a.prober.Enqueue(ac.Name)
+				}
+				a.triggerCycle()
+			},
+			DeleteFunc: func(obj any) {
+				if ac, ok := unwrapDeleted(obj).(*v1alpha1.AdmissionCheck); ok {
+					a.sched.DeleteCheck(ac.Name)
+				}
+				a.triggerCycle()
+			},
+		}},
 	}
-	if _, err := wlInformer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { a.observe(obj) },
-		UpdateFunc: func(_, obj any) { a.observe(obj) },
-		DeleteFunc: a.observeDelete,
-	}); err != nil {
-		return fmt.Errorf("workload informer handler: %w", err)
-	}
-	cycleOnChange := toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { a.triggerCycle() },
-		UpdateFunc: func(any, any) { a.triggerCycle() },
-		DeleteFunc: func(any) { a.triggerCycle() },
-	}
-	for _, obj := range []client.Object{&v1alpha1.ClusterQueue{}, &v1alpha1.LocalQueue{}, &v1alpha1.ResourceFlavor{}, &corev1.Namespace{}} {
-		inf, err := a.cfg.Cache.GetInformer(ctx, obj)
+	for _, h := range handlers {
+		inf, err := a.cfg.Cache.GetInformer(ctx, h.obj)
 		if err != nil {
-			return fmt.Errorf("%T informer: %w", obj, err)
+			return fmt.Errorf("%T informer: %w", h.obj, err)
 		}
-		if _, err := inf.AddEventHandler(cycleOnChange); err != nil {
-			return fmt.Errorf("%T informer handler: %w", obj, err)
+		if _, err := inf.AddEventHandler(h.h); err != nil {
+			return fmt.Errorf("%T informer handler: %w", h.obj, err)
 		}
-	}
-	acInformer, err := a.cfg.Cache.GetInformer(ctx, &v1alpha1.AdmissionCheck{})
-	if err != nil {
-		return fmt.Errorf("admission check informer: %w", err)
-	}
-	if _, err := acInformer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if ac, ok := obj.(*v1alpha1.AdmissionCheck); ok {
-				a.probeQ.Add(ac.Name)
-			}
-			a.triggerCycle()
-		},
-		UpdateFunc: func(oldObj, obj any) {
-			oldAC, ok1 := oldObj.(*v1alpha1.AdmissionCheck)
-			ac, ok2 := obj.(*v1alpha1.AdmissionCheck)
-			if ok1 && ok2 && oldAC.Generation != ac.Generation {
-				a.probeQ.Add(ac.Name)
-			}
-			a.triggerCycle()
-		},
-		DeleteFunc: func(any) { a.triggerCycle() },
-	}); err != nil {
-		return fmt.Errorf("admission check informer handler: %w", err)
 	}
 	return nil
 }
 
+// schedulerHandler tells the scheduler of an object's changes and asks
+// for a cycle.
+func (a *Admitter) schedulerHandler(set, del func(any)) toolscache.ResourceEventHandlerFuncs {
+	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { set(obj); a.triggerCycle() },
+		UpdateFunc: func(_, obj any) { set(obj); a.triggerCycle() },
+		DeleteFunc: func(obj any) {
+			if obj = unwrapDeleted(obj); obj != nil {
+				del(obj)
+			}
+			a.triggerCycle()
+		},
+	}
+}
+
+// unwrapDeleted returns the object of a delete event, whether or not the
+// informer missed the deletion itself.
+func unwrapDeleted(obj any) any {
+	if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		return tomb.Obj
+	}
+	return obj
+}
+
 // observe records an object from the informer.
 func (a *Admitter) observe(obj any) {
-	wl, ok := obj.(*v1alpha1.Workload)
-	if !ok {
-		return
+	if wl, ok := obj.(*v1alpha1.Workload); ok {
+		a.record(wl)
 	}
-	a.record(wl)
 }
 
 func (a *Admitter) observeDelete(obj any) {
-	if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-		obj = tomb.Obj
-	}
-	wl, ok := obj.(*v1alpha1.Workload)
+	wl, ok := unwrapDeleted(obj).(*v1alpha1.Workload)
 	if !ok {
 		return
 	}
-	key := types.NamespacedName{Namespace: wl.Namespace, Name: wl.Name}
-	prev := a.store.remove(key, wl.UID)
+	key := workload.Key(wl)
+	a.sched.Forget(key, wl.UID)
+	prev := a.store.Remove(key, wl.UID)
 	if prev == nil {
 		return
 	}
 	a.forgetDecision(prev)
-	a.progress.forget(key)
-	a.forgetPendingWrite(key)
-	a.releases.forget(key)
-	a.deletions.forget(key)
+	a.phase.Forget(key)
+	a.writer.Forget(key)
+	a.releases.Forget(key)
 	a.triggerCycle()
 }
 
 // record stores wl (a newer version of a workload, from the informer or
-// from a write) and reacts to it.
+// from a write) and hands it to every part that reacts to it.
 func (a *Admitter) record(wl *v1alpha1.Workload) {
-	prev, applied := a.store.upsert(wl)
+	prev, applied := a.store.Upsert(wl)
 	if !applied {
 		return
 	}
+	a.sched.Observe(wl)
 	a.syncDecision(wl)
 	if !a.leading.Load() {
 		return
 	}
-	if needsCheckPhase(wl) && (prev == nil || prev.UID != wl.UID || reservationID(prev) != reservationID(wl) || !needsCheckPhase(prev)) {
-		a.checkQ.Add(types.NamespacedName{Namespace: wl.Namespace, Name: wl.Name})
+	key := workload.Key(wl)
+	switch {
+	case !checkphase.Needed(wl):
+		a.phase.Forget(key)
+	case prev == nil || prev.UID != wl.UID || workload.ReservationID(prev) != workload.ReservationID(wl) || !checkphase.Needed(prev):
+		a.phase.Enqueue(key)
 	}
-	a.releases.enqueue(wl)
-	a.watchDeletion(wl)
+	if workload.IsFinished(wl) {
+		a.writer.Forget(key)
+	}
+	a.releases.Enqueue(wl)
+	a.writer.WatchDeletion(key)
 	a.triggerCycle()
-}
-
-func (a *Admitter) forgetPendingWrite(key types.NamespacedName) {
-	a.pendingMu.Lock()
-	delete(a.pendingWrites, key)
-	a.pendingMu.Unlock()
-}
-
-// triggerCycle asks for a scheduling cycle; requests made while one is
-// due coalesce.
-func (a *Admitter) triggerCycle() {
-	select {
-	case a.trigger <- struct{}{}:
-	default:
-	}
-}
-
-// triggerCycleAt asks for a scheduling cycle at t (the earliest of the
-// times asked for wins).
-func (a *Admitter) triggerCycleAt(t time.Time) {
-	a.timerMu.Lock()
-	defer a.timerMu.Unlock()
-	if a.timer != nil && !a.timerAt.After(t) && a.timerAt.After(time.Now()) {
-		return
-	}
-	if a.timer != nil {
-		a.timer.Stop()
-	}
-	a.timerAt = t
-	a.timer = time.AfterFunc(time.Until(t), a.triggerCycle)
 }
 
 // Start runs the admitter's loops once this process leads: it loads every
 // Workload from the synced cache, publishes the decisions in force, and
-// then schedules, checks and reports status until ctx ends.
+// then schedules, checks, releases and reports until ctx ends.
 func (a *Admitter) Start(ctx context.Context) error {
+	ctx = ctrl.LoggerInto(ctx, a.cfg.Log)
 	if !a.cfg.Cache.WaitForCacheSync(ctx) {
 		return errors.New("informer caches did not sync")
 	}
@@ -319,60 +325,59 @@ func (a *Admitter) Start(ctx context.Context) error {
 		return fmt.Errorf("list workloads: %w", err)
 	}
 	for i := range list.Items {
-		a.store.upsert(&list.Items[i])
+		if _, applied := a.store.Upsert(&list.Items[i]); applied {
+			a.sched.Observe(&list.Items[i])
+		}
 	}
 	a.becomeLeader()
-	a.log.Info("leading", "workloads", len(list.Items), "revision", a.cfg.Stream.Revision())
-	for _, wl := range a.store.list() {
-		if needsCheckPhase(wl) {
-			a.checkQ.Add(types.NamespacedName{Namespace: wl.Namespace, Name: wl.Name})
+	a.cfg.Log.Info("leading", "workloads", len(list.Items), "revision", a.cfg.Stream.Revision())
+	for _, wl := range a.store.List() {
+		if checkphase.Needed(wl) {
+			a.phase.Enqueue(workload.Key(wl))
 		}
-		a.releases.enqueue(wl)
-		a.watchDeletion(wl)
+		a.releases.Enqueue(wl)
+		a.writer.WatchDeletion(workload.Key(wl))
 	}
-	var acs v1alpha1.AdmissionCheckList
-	if err := a.cfg.Cache.List(ctx, &acs); err != nil {
-		return fmt.Errorf("list admission checks: %w", err)
-	}
-	for _, ac := range acs.Items {
-		a.probeQ.Add(ac.Name)
+	for i := range list.Items {
+		a.releases.Enqueue(&list.Items[i]) // finished workloads may still owe Releases
 	}
 	a.triggerCycle()
 	a.cfg.OnLeading()
 
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { a.cycleLoop(ctx); return nil })
-	for range a.cfg.CheckWorkers {
-		g.Go(func() error { a.checkWorker(ctx); return nil })
-	}
-	for range a.cfg.ReleaseWorkers {
-		g.Go(func() error { a.releaseWorker(ctx); return nil })
-	}
-	g.Go(func() error { a.deletionWorker(ctx); return nil })
-	g.Go(func() error { a.probeWorker(ctx); return nil })
-	g.Go(func() error { every(ctx, a.cfg.ProbeInterval, a.probeAll); return nil })
-	g.Go(func() error { every(ctx, a.cfg.StatusInterval, a.writeQueueStatuses); return nil })
-	g.Go(func() error { every(ctx, a.cfg.EventInterval, a.emitSummaries); return nil })
-	g.Go(func() error {
-		<-ctx.Done()
-		a.checkQ.ShutDown()
-		a.probeQ.ShutDown()
-		a.releases.q.ShutDown()
-		a.deletionQ.ShutDown()
-		return nil
-	})
+	g.Go(func() error { a.phase.Run(ctx); return nil })
+	g.Go(func() error { a.releases.Run(ctx); return nil })
+	g.Go(func() error { a.writer.Run(ctx); return nil })
+	g.Go(func() error { a.prober.Run(ctx); return nil })
+	g.Go(func() error { a.reporter.Run(ctx); return nil })
 	err := g.Wait()
 	a.leading.Store(false)
 	return err
 }
 
-func (a *Admitter) cycleLoop(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-a.trigger:
-		}
-		a.cycle(ctx)
+// Submit creates the Workload (see lifecycle.Writer.Submit).
+func (a *Admitter) Submit(ctx context.Context, wl *v1alpha1.Workload) (*v1alpha1.Workload, bool, error) {
+	if !a.leading.Load() {
+		return nil, false, ErrNotLeader
 	}
+	return a.writer.Submit(ctx, wl)
+}
+
+// UpdateQueue moves a workload to another LocalQueue (see
+// lifecycle.Writer.UpdateQueue).
+func (a *Admitter) UpdateQueue(ctx context.Context, key types.NamespacedName, uid types.UID, queue string) (bool, error) {
+	if !a.leading.Load() {
+		return false, ErrNotLeader
+	}
+	return a.writer.UpdateQueue(ctx, key, uid, queue)
+}
+
+// ReportProgress records what the grouper says of a workload's pods (see
+// lifecycle.Writer.ReportProgress).
+func (a *Admitter) ReportProgress(ctx context.Context, key types.NamespacedName, p lifecycle.Progress) error {
+	if !a.leading.Load() {
+		return ErrNotLeader
+	}
+	return a.writer.ReportProgress(ctx, key, p)
 }

@@ -7,22 +7,13 @@ import (
 	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
 )
 
-// Short names for the workload predicates used throughout the package.
+// Short names for the workload predicates used in this file.
 var (
 	isFinished = workload.IsFinished
 	isAdmitted = workload.IsAdmitted
 	isEvicting = workload.IsEvicting
 	isDeleting = workload.IsDeleting
 )
-
-func reservationID(wl *v1alpha1.Workload) string { return workload.ReservationID(wl) }
-
-// needsCheckPhase reports whether the check worker has something to do
-// for wl: checks to ask, or an inactive workload still holding quota.
-func needsCheckPhase(wl *v1alpha1.Workload) bool {
-	return workload.InCheckPhase(wl) ||
-		(wl.Status.Admission != nil && !workload.IsActive(wl) && !isFinished(wl) && !isEvicting(wl) && !isDeleting(wl))
-}
 
 // decisionFor is the decision in force for wl's pods, read from its
 // persisted state: DELETE while the object is being deleted, finished or
@@ -31,7 +22,7 @@ func needsCheckPhase(wl *v1alpha1.Workload) bool {
 // ADMIT while admitted (pods run with the pod set infos); nil when the
 // pods need nothing (pending, or finished).
 func decisionFor(wl *v1alpha1.Workload) *admitterv1.Decision {
-	d := &admitterv1.Decision{Workload: workload.Ref(wl), ReservationId: reservationID(wl)}
+	d := &admitterv1.Decision{Workload: workload.Ref(wl), ReservationId: workload.ReservationID(wl)}
 	switch {
 	case isDeleting(wl):
 		d.Action = admitterv1.Decision_ACTION_DELETE
@@ -111,7 +102,7 @@ func (a *Admitter) becomeLeader() {
 	a.leaderMu.Lock()
 	defer a.leaderMu.Unlock()
 	var inForce []*admitterv1.Decision
-	for _, wl := range a.store.list() {
+	for _, wl := range a.store.List() {
 		if d := decisionFor(wl); d != nil {
 			inForce = append(inForce, d)
 		}

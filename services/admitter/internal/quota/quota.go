@@ -48,6 +48,17 @@ func (u Usage) Add(o Usage) {
 	}
 }
 
+// Sub subtracts every amount of o from u.
+func (u Usage) Sub(o Usage) {
+	for flavor, rl := range o {
+		for res, q := range rl {
+			neg := q.DeepCopy()
+			neg.Neg()
+			u.AddQuantity(flavor, res, neg)
+		}
+	}
+}
+
 // Clone returns a deep copy of u.
 func (u Usage) Clone() Usage {
 	out := make(Usage, len(u))
@@ -146,6 +157,11 @@ type Assignment struct {
 	PodSets []v1alpha1.PodSetAssignment
 	// Usage is the quota the assignment takes.
 	Usage Usage
+	// Borrowing is true when the assignment takes more than the
+	// ClusterQueue's nominal quota. Assign never borrows while queues do
+	// not share quota in cohorts; the scheduler already orders heads that
+	// fit without borrowing first.
+	Borrowing bool
 }
 
 // Flavors returns the distinct flavor names of the assignment.

@@ -15,6 +15,7 @@ import (
 
 	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
 	"github.com/sluice-dev/sluice/services/admitter/internal/controller"
+	"github.com/sluice-dev/sluice/services/admitter/internal/lifecycle"
 	"github.com/sluice-dev/sluice/services/admitter/internal/metrics"
 	"github.com/sluice-dev/sluice/services/admitter/internal/stream"
 	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
@@ -82,7 +83,7 @@ func (s *Server) ReportProgress(ctx context.Context, req *admitterv1.ReportProgr
 			return nil, status.Errorf(codes.InvalidArgument, "succeeded_pods[%q] %d: must not be negative", name, n)
 		}
 	}
-	p := controller.Progress{
+	p := lifecycle.Progress{
 		UID:       types.UID(ref.GetUid()),
 		Succeeded: req.GetSucceededPods(),
 	}

@@ -4,8 +4,10 @@
 // bounded ring of recent changes, each numbered by a revision
 // "<epoch>:<seq>". A new subscriber gets a snapshot of the decisions in
 // force, or, when it names a revision of this epoch still in the ring, only
-// the changes after it. Publishing never blocks: a subscriber whose buffer is
-// full is disconnected and resumes (or re-snapshots) when it reconnects.
+// the changes after it. The ring is bounded both in entries and in bytes, so
+// a burst of large decisions cannot grow the admitter's memory unchecked.
+// Publishing never blocks: a subscriber whose buffer is full is disconnected
+// and resumes (or re-snapshots) when it reconnects.
 package stream
 
 import (
@@ -26,9 +28,15 @@ import (
 // Defaults for Options.
 const (
 	DefaultRingSize   = 16384
+	DefaultRingBytes  = 8 << 20
 	DefaultBufferSize = 1024
 	DefaultChunkSize  = 500
 )
+
+// ringEntryOverhead is added to each change's encoded size: proto.Size counts
+// wire bytes only, and an entry also costs its ring slot and the decoded
+// message's headers. It also keeps tiny decisions from looking free.
+const ringEntryOverhead = 64
 
 // ErrFellBehind ends a subscription whose buffer overflowed.
 var ErrFellBehind = errors.New("subscriber fell behind the decision stream; reconnect with the last revision applied")
@@ -40,6 +48,10 @@ var ErrClosed = errors.New("decision stream restarted; reconnect for a snapshot"
 type Options struct {
 	// RingSize is how many recent decisions a resume can replay.
 	RingSize int
+	// RingBytes bounds the ring's accounted size (each decision's encoded
+	// size plus a fixed per-entry overhead); the oldest changes go first
+	// when either bound would be exceeded.
+	RingBytes int
 	// BufferSize is how many change batches may wait for one subscriber.
 	BufferSize int
 	// ChunkSize is the most decisions per snapshot or replay batch.
@@ -54,6 +66,7 @@ type Options struct {
 type change struct {
 	seq      uint64
 	decision *admitterv1.Decision
+	size     int // accounted bytes, kept so eviction subtracts exactly what was added
 }
 
 // Broadcaster fans decisions out to subscribers. It is safe for concurrent
@@ -65,15 +78,23 @@ type Broadcaster struct {
 	epoch   string
 	seq     uint64
 	inForce map[string]*admitterv1.Decision
-	ring    []change // circular, len <= RingSize
-	next    int      // ring index the next change goes to
-	subs    map[*Subscription]struct{}
+	// ring holds the last ringLen changes (seqs seq-ringLen+1 .. seq) in a
+	// circular buffer starting at ringHead. Its length grows up to RingSize;
+	// the byte bound can keep ringLen below it.
+	ring      []change
+	ringHead  int
+	ringLen   int
+	ringBytes int
+	subs      map[*Subscription]struct{}
 }
 
 // New returns a Broadcaster with a fresh random epoch and nothing in force.
 func New(opts Options) *Broadcaster {
 	if opts.RingSize <= 0 {
 		opts.RingSize = DefaultRingSize
+	}
+	if opts.RingBytes <= 0 {
+		opts.RingBytes = DefaultRingBytes
 	}
 	if opts.BufferSize <= 0 {
 		opts.BufferSize = DefaultBufferSize
@@ -107,8 +128,8 @@ func (b *Broadcaster) Reset(inForce []*admitterv1.Decision) {
 func (b *Broadcaster) resetLocked(inForce []*admitterv1.Decision) {
 	b.epoch = newEpoch()
 	b.seq = 0
-	b.ring = make([]change, 0, min(b.opts.RingSize, 1024))
-	b.next = 0
+	b.ring = make([]change, min(b.opts.RingSize, 1024))
+	b.ringHead, b.ringLen, b.ringBytes = 0, 0, 0
 	b.inForce = make(map[string]*admitterv1.Decision, len(inForce))
 	for _, d := range inForce {
 		if holdsLevel(d.GetAction()) {
@@ -181,7 +202,7 @@ func (b *Broadcaster) Publish(decisions ...*admitterv1.Decision) int {
 			continue
 		}
 		b.seq++
-		c := change{seq: b.seq, decision: d}
+		c := change{seq: b.seq, decision: d, size: proto.Size(d) + ringEntryOverhead}
 		b.appendRingLocked(c)
 		recorded = append(recorded, c)
 	}
@@ -216,14 +237,52 @@ func (b *Broadcaster) Publish(decisions ...*admitterv1.Decision) int {
 	return len(recorded)
 }
 
+// appendRingLocked adds c, first evicting the oldest changes until both
+// bounds hold. Since changes leave oldest first, the ring always holds a
+// contiguous run of seqs ending at b.seq, which is what sinceLocked relies
+// on to send resumes from evicted revisions to a snapshot.
 func (b *Broadcaster) appendRingLocked(c change) {
-	if len(b.ring) < b.opts.RingSize {
-		b.ring = append(b.ring, c)
-		b.next = len(b.ring) % b.opts.RingSize
+	if c.size > b.opts.RingBytes {
+		// It can never fit: hold nothing, so every resume from before it
+		// snapshots, as it would had it been evicted at once.
+		for b.ringLen > 0 {
+			b.evictOldestLocked()
+		}
 		return
 	}
-	b.ring[b.next] = c
-	b.next = (b.next + 1) % b.opts.RingSize
+	for b.ringLen > 0 && (b.ringLen >= b.opts.RingSize || b.ringBytes+c.size > b.opts.RingBytes) {
+		b.evictOldestLocked()
+	}
+	if b.ringLen == len(b.ring) {
+		b.growRingLocked()
+	}
+	b.ring[(b.ringHead+b.ringLen)%len(b.ring)] = c
+	b.ringLen++
+	b.ringBytes += c.size
+}
+
+func (b *Broadcaster) evictOldestLocked() {
+	b.ringBytes -= b.ring[b.ringHead].size
+	b.ring[b.ringHead] = change{} // let the decision be collected
+	b.ringHead = (b.ringHead + 1) % len(b.ring)
+	b.ringLen--
+}
+
+// growRingLocked doubles the buffer, up to RingSize, so the entry bound does
+// not cost its full allocation up front.
+func (b *Broadcaster) growRingLocked() {
+	grown := make([]change, min(max(2*len(b.ring), 1), b.opts.RingSize))
+	for i := range b.ringLen {
+		grown[i] = b.ring[(b.ringHead+i)%len(b.ring)]
+	}
+	b.ring, b.ringHead = grown, 0
+}
+
+// ringSize reports the ring's entries and accounted bytes.
+func (b *Broadcaster) ringSize() (entries, bytes int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.ringLen, b.ringBytes
 }
 
 // since returns the ring's changes after seq, oldest first, and whether the
@@ -235,21 +294,14 @@ func (b *Broadcaster) sinceLocked(seq uint64) ([]change, bool) {
 	if seq == b.seq {
 		return nil, true
 	}
-	// The ring holds the last len(ring) changes: seqs b.seq-len+1 .. b.seq.
-	oldest := b.seq - uint64(len(b.ring)) + 1
+	oldest := b.seq - uint64(b.ringLen) + 1
 	if seq+1 < oldest {
 		return nil, false
 	}
-	out := make([]change, 0, b.seq-seq)
-	start := b.next // oldest entry when the ring is full
-	if len(b.ring) < b.opts.RingSize {
-		start = 0
-	}
-	for i := 0; i < len(b.ring); i++ {
-		c := b.ring[(start+i)%len(b.ring)]
-		if c.seq > seq {
-			out = append(out, c)
-		}
+	n := int(b.seq - seq)
+	out := make([]change, 0, n)
+	for i := b.ringLen - n; i < b.ringLen; i++ {
+		out = append(out, b.ring[(b.ringHead+i)%len(b.ring)])
 	}
 	return out, true
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
 	sluicev1 "github.com/sluice-dev/sluice/gen/sluice/v1"
 	"github.com/sluice-dev/sluice/pkg/shard"
@@ -360,5 +362,269 @@ func TestResetStartsANewEpoch(t *testing.T) {
 	defer s2.Close()
 	if s2.Resumed || fmt.Sprint(names(s2.Initial)) != "[ADMIT:z]" {
 		t.Fatalf("after Reset: resumed=%v %v, want a snapshot of [ADMIT:z]", s2.Resumed, names(s2.Initial))
+	}
+}
+
+// withMessage is an admission carrying an n-byte message.
+func withMessage(name string, n int) *admitterv1.Decision {
+	d := admit(name)
+	d.Message = strings.Repeat("m", n)
+	return d
+}
+
+// withPodSets is an admission with n pod set infos, each with a node
+// selector and labels.
+func withPodSets(name string, n int) *admitterv1.Decision {
+	d := admit(name)
+	for i := range n {
+		d.PodSetInfos = append(d.PodSetInfos, &sluicev1.PodSetInfo{
+			Name:         fmt.Sprintf("ps-%d", i),
+			NodeSelector: map[string]string{"topology.kubernetes.io/zone": "zone-a"},
+			Labels:       map[string]string{"team": "ml", "tier": "batch"},
+		})
+	}
+	return d
+}
+
+// entrySize is what the ring accounts for d.
+func entrySize(d *admitterv1.Decision) int { return proto.Size(d) + ringEntryOverhead }
+
+func sumSizes(ds []*admitterv1.Decision) int {
+	n := 0
+	for _, d := range ds {
+		n += entrySize(d)
+	}
+	return n
+}
+
+// series is n decisions named <prefix>0 .. <prefix>n-1, made by mk.
+func series(prefix string, n int, mk func(name string) *admitterv1.Decision) []*admitterv1.Decision {
+	out := make([]*admitterv1.Decision, n)
+	for i := range out {
+		out[i] = mk(fmt.Sprintf("%s%d", prefix, i))
+	}
+	return out
+}
+
+// revAfter is the revision after the i-th published change (revs[i]), or
+// the epoch's first revision for i < 0.
+func revAfter(b *Broadcaster, revs []string, i int) string {
+	if i < 0 {
+		epoch, _, _ := strings.Cut(b.Revision(), ":")
+		return epoch + ":0"
+	}
+	return revs[i]
+}
+
+// publishEach publishes ds one change at a time and returns the revision
+// after each.
+func publishEach(t *testing.T, b *Broadcaster, ds []*admitterv1.Decision) []string {
+	t.Helper()
+	revs := make([]string, len(ds))
+	for i, d := range ds {
+		if n := b.Publish(d); n != 1 {
+			t.Fatalf("publish %d recorded %d, want 1", i, n)
+		}
+		revs[i] = b.Revision()
+		entries, bytes := b.ringSize()
+		if entries > b.opts.RingSize || bytes > b.opts.RingBytes {
+			t.Fatalf("after publish %d the ring holds %d entries, %d bytes; bounds are %d, %d", i, entries, bytes, b.opts.RingSize, b.opts.RingBytes)
+		}
+	}
+	return revs
+}
+
+func TestRingBytesEvictOldest(t *testing.T) {
+	small := series("s", 6, func(n string) *admitterv1.Decision { return admit(n) })
+	bigMsgs := series("w", 10, func(n string) *admitterv1.Decision { return withMessage(n, 4096) })
+	podSets := series("w", 10, func(n string) *admitterv1.Decision { return withPodSets(n, 40) })
+	huge := withMessage("huge", 1<<16)
+	tests := []struct {
+		name      string
+		opts      Options
+		decisions []*admitterv1.Decision
+		wantHeld  int // the ring holds the last wantHeld decisions
+	}{
+		{"large messages keep only what fits",
+			Options{RingBytes: 3*entrySize(bigMsgs[0]) + 100}, bigMsgs, 3},
+		{"many pod set infos keep only what fits",
+			Options{RingBytes: 4*entrySize(podSets[0]) + 100}, podSets, 4},
+		{"one large decision evicts several small ones",
+			Options{RingBytes: entrySize(bigMsgs[0]) + 2*entrySize(small[0]) + 10},
+			append(append([]*admitterv1.Decision{}, small...), bigMsgs[0]), 3},
+		{"a decision larger than the bound empties the ring",
+			Options{RingBytes: 1 << 12}, append(append([]*admitterv1.Decision{}, small...), huge), 0},
+		{"the entry bound still applies under a loose byte bound",
+			Options{RingSize: 2}, small, 2},
+		{"nothing is evicted while both bounds hold",
+			Options{}, bigMsgs, len(bigMsgs)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b := New(tc.opts)
+			revs := publishEach(t, b, tc.decisions)
+			held := tc.decisions[len(tc.decisions)-tc.wantHeld:]
+			entries, bytes := b.ringSize()
+			if entries != tc.wantHeld || bytes != sumSizes(held) {
+				t.Fatalf("ring holds %d entries, %d bytes; want %d, %d", entries, bytes, tc.wantHeld, sumSizes(held))
+			}
+			// The held entries are the newest ones, in order.
+			first := len(tc.decisions) - tc.wantHeld - 1 // revision just before the oldest held
+			s, _ := b.Subscribe(revAfter(b, revs, first), Shard{})
+			defer s.Close()
+			var want []string
+			for _, d := range held {
+				want = append(want, "ADMIT:"+d.Workload.Name)
+			}
+			if !s.Resumed || fmt.Sprint(names(s.Initial)) != fmt.Sprint(want) {
+				t.Fatalf("resume from before the oldest held: resumed=%v %v, want %v", s.Resumed, names(s.Initial), want)
+			}
+		})
+	}
+}
+
+// A resume from a revision whose changes the byte bound evicted must go
+// exactly as one the entry bound evicted: a snapshot, not a partial replay.
+func TestResumeAfterByteEviction(t *testing.T) {
+	ds := series("w", 5, func(n string) *admitterv1.Decision { return withMessage(n, 2048) })
+	ds = append(ds, forget("w0"))
+	// Both rings hold exactly the last three changes (w3, w4, FORGET w0).
+	byBytes := New(Options{RingBytes: sumSizes(ds[3:]) + 10})
+	byEntries := New(Options{RingSize: 3})
+	revsBytes := publishEach(t, byBytes, ds)
+	revsEntries := publishEach(t, byEntries, ds)
+	if entries, _ := byBytes.ringSize(); entries != 3 {
+		t.Fatalf("byte-bounded ring holds %d entries, want 3", entries)
+	}
+	snapshot := []string{"ADMIT:w1", "ADMIT:w2", "ADMIT:w3", "ADMIT:w4"}
+	tests := []struct {
+		name        string
+		after       int // resume from the revision after ds[after]; -1 for ":0"
+		wantResumed bool
+		want        []string
+	}{
+		{"before anything was published gets a snapshot", -1, false, snapshot},
+		{"evicted long ago gets a snapshot", 0, false, snapshot},
+		{"one change short of the ring gets a snapshot", 1, false, snapshot},
+		{"just before the oldest held replays the whole ring", 2, true, []string{"ADMIT:w3", "ADMIT:w4", "FORGET:w0"}},
+		{"a held revision replays only what followed", 4, true, []string{"FORGET:w0"}},
+		{"the current revision replays nothing", 5, true, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, side := range []struct {
+				name string
+				b    *Broadcaster
+				revs []string
+			}{{"bytes", byBytes, revsBytes}, {"entries", byEntries, revsEntries}} {
+				s, err := side.b.Subscribe(revAfter(side.b, side.revs, tc.after), Shard{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				got := names(s.Initial)
+				if s.Resumed != tc.wantResumed {
+					t.Fatalf("%s: Resumed = %v, want %v (%v)", side.name, s.Resumed, tc.wantResumed, got)
+				}
+				if tc.wantResumed {
+					if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+						t.Fatalf("%s: replay = %v, want %v", side.name, got, tc.want)
+					}
+					continue
+				}
+				last := s.Initial[len(s.Initial)-1]
+				if len(got) != len(tc.want) || !containsAll(got, tc.want) ||
+					last.Kind != admitterv1.WatchAdmissionsResponse_KIND_SNAPSHOT_END || last.Revision != side.b.Revision() {
+					t.Fatalf("%s: snapshot = %v ending %v at %q, want %v ending KIND_SNAPSHOT_END at %q",
+						side.name, got, last.Kind, last.Revision, tc.want, side.b.Revision())
+				}
+			}
+		})
+	}
+}
+
+// ringModel is the eviction rule stated plainly, to check the circular
+// buffer's bookkeeping against.
+type ringModel struct {
+	maxEntries, maxBytes int
+	sizes                []int
+	bytes                int
+}
+
+func (m *ringModel) add(size int) {
+	if size > m.maxBytes {
+		m.sizes, m.bytes = nil, 0
+		return
+	}
+	for len(m.sizes) > 0 && (len(m.sizes) >= m.maxEntries || m.bytes+size > m.maxBytes) {
+		m.bytes -= m.sizes[0]
+		m.sizes = m.sizes[1:]
+	}
+	m.sizes = append(m.sizes, size)
+	m.bytes += size
+}
+
+func TestRingBytesAfterWrapAndReset(t *testing.T) {
+	// Sizes vary so evictions free one, several or no entries at a time.
+	varied := func(n int) []*admitterv1.Decision {
+		ds := make([]*admitterv1.Decision, n)
+		for i := range ds {
+			ds[i] = withMessage(fmt.Sprintf("w%d", i), (i*397)%1500)
+		}
+		return ds
+	}
+	tests := []struct {
+		name      string
+		opts      Options
+		decisions []*admitterv1.Decision
+	}{
+		{"entry bound wraps many times", Options{RingSize: 3}, varied(50)},
+		{"byte bound wraps many times", Options{RingBytes: 5000}, varied(200)},
+		{"both bounds take turns", Options{RingSize: 8, RingBytes: 6000}, varied(300)},
+		{"grows past the first allocation while evicting by bytes", Options{RingSize: 5000, RingBytes: 1 << 20}, varied(6000)},
+		{"grows while wrapped when decisions shrink after evictions", Options{RingSize: 5000, RingBytes: 200_000},
+			append(series("big", 500, func(n string) *admitterv1.Decision { return withMessage(n, 1500) }),
+				series("small", 3000, func(n string) *admitterv1.Decision { return admit(n) })...)},
+		{"forgets are accounted too", Options{RingSize: 4, RingBytes: 3000},
+			append(varied(20), forget("w19"), forget("w18"), forget("w17"), forget("w16"), forget("w15"))},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b := New(tc.opts)
+			m := &ringModel{maxEntries: b.opts.RingSize, maxBytes: b.opts.RingBytes}
+			var revs []string
+			for i, d := range tc.decisions {
+				b.Publish(d)
+				revs = append(revs, b.Revision())
+				m.add(entrySize(d))
+				if entries, bytes := b.ringSize(); entries != len(m.sizes) || bytes != m.bytes {
+					t.Fatalf("after publish %d: ring holds %d entries, %d bytes; want %d, %d", i, entries, bytes, len(m.sizes), m.bytes)
+				}
+			}
+			held := len(m.sizes)
+			if held == len(tc.decisions) {
+				t.Fatal("nothing was evicted; the case does not wrap")
+			}
+			// The held entries survived the wraps intact and in order.
+			s, _ := b.Subscribe(revAfter(b, revs, len(revs)-held-1), Shard{})
+			defer s.Close()
+			var want []string
+			for _, d := range tc.decisions[len(tc.decisions)-held:] {
+				want = append(want, strings.TrimPrefix(d.Action.String(), "ACTION_")+":"+d.Workload.Name)
+			}
+			if !s.Resumed || fmt.Sprint(names(s.Initial)) != fmt.Sprint(want) {
+				t.Fatalf("replay of the held entries: resumed=%v %v, want %v", s.Resumed, names(s.Initial), want)
+			}
+
+			b.Reset(nil)
+			if entries, bytes := b.ringSize(); entries != 0 || bytes != 0 {
+				t.Fatalf("after Reset: ring holds %d entries, %d bytes; want 0, 0", entries, bytes)
+			}
+			d := withMessage("after-reset", 100)
+			b.Publish(d)
+			if entries, bytes := b.ringSize(); entries != 1 || bytes != entrySize(d) {
+				t.Fatalf("after Reset and one publish: ring holds %d entries, %d bytes; want 1, %d", entries, bytes, entrySize(d))
+			}
+		})
 	}
 }

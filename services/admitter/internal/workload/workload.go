@@ -106,3 +106,25 @@ func CheckState(wl *v1alpha1.Workload, name string) *v1alpha1.AdmissionCheckStat
 	}
 	return nil
 }
+
+// Shrink is an informer transform for Workloads: a finished workload
+// keeps only what its deletion needs, so the finished workloads a cluster
+// keeps around cost the admitter's cache little. The pod templates' labels,
+// annotations, node selectors and tolerations, the pod set infos and the
+// checks' pod set updates are dropped; nothing reads them once the
+// workload finished. Other objects pass through unchanged.
+func Shrink(obj any) (any, error) {
+	wl, ok := obj.(*v1alpha1.Workload)
+	if !ok || !IsFinished(wl) {
+		return obj, nil
+	}
+	for i := range wl.Spec.PodSets {
+		t := &wl.Spec.PodSets[i].Template
+		t.Labels, t.Annotations, t.NodeSelector, t.Tolerations = nil, nil, nil, nil
+	}
+	wl.Status.PodSetInfos = nil
+	for i := range wl.Status.AdmissionChecks {
+		wl.Status.AdmissionChecks[i].PodSetUpdates = nil
+	}
+	return wl, nil
+}

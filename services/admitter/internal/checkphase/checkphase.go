@@ -1,10 +1,17 @@
-package controller
+// Package checkphase drives the admission-check phase of workloads that
+// hold quota: it asks each due check's provider (outside the workload's
+// lock, so progress reports never wait for a slow provider), records the
+// answers in at most one status write, and acts on them through the
+// lifecycle Writer — admit when every check is Ready and their updates
+// merge, evict on Retry, reject on Rejected, give the reservation up when
+// the updates conflict. When to ask a check again lives in memory: after a
+// restart every check is asked again at once, with the same evaluation key.
+package checkphase
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -14,16 +21,77 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	checksv1 "github.com/sluice-dev/sluice/gen/sluice/checks/v1"
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
-	"github.com/sluice-dev/sluice/pkg/crashpoint"
 	"github.com/sluice-dev/sluice/pkg/podkeys"
 	"github.com/sluice-dev/sluice/pkg/podset"
 	"github.com/sluice-dev/sluice/services/admitter/internal/checks"
+	"github.com/sluice-dev/sluice/services/admitter/internal/lifecycle"
+	"github.com/sluice-dev/sluice/services/admitter/internal/metrics"
+	"github.com/sluice-dev/sluice/services/admitter/internal/store"
 	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
 )
+
+// DefaultWorkers is how many workloads' checks are evaluated at once.
+const DefaultWorkers = 16
+
+// Config is what an Orchestrator needs.
+type Config struct {
+	Store    *store.Store
+	Locks    *store.Locks
+	Writer   *lifecycle.Writer
+	Checks   *checks.Pool
+	Metrics  *metrics.Metrics
+	Recorder events.EventRecorder
+	// Catalog returns the ResourceFlavors and AdmissionChecks by name.
+	Catalog func() (map[string]*v1alpha1.ResourceFlavor, map[string]*v1alpha1.AdmissionCheck)
+	// Workers is how many workloads' checks are evaluated at once.
+	Workers int
+}
+
+// Orchestrator runs the check phase.
+type Orchestrator struct {
+	cfg      Config
+	q        workqueue.TypedDelayingInterface[types.NamespacedName]
+	progress *progressTracker
+}
+
+// New returns an Orchestrator that asks nothing until Run.
+func New(cfg Config) *Orchestrator {
+	if cfg.Workers <= 0 {
+		cfg.Workers = DefaultWorkers
+	}
+	return &Orchestrator{cfg: cfg, q: workqueue.NewTypedDelayingQueue[types.NamespacedName](), progress: newProgressTracker()}
+}
+
+// Needed reports whether the check phase has something to do for wl:
+// checks to ask, or an inactive workload still holding quota.
+func Needed(wl *v1alpha1.Workload) bool {
+	return workload.InCheckPhase(wl) ||
+		(wl.Status.Admission != nil && !workload.IsActive(wl) && !workload.IsFinished(wl) && !workload.IsEvicting(wl) && !workload.IsDeleting(wl))
+}
+
+// Enqueue asks for a look at the workload's checks.
+func (o *Orchestrator) Enqueue(key types.NamespacedName) { o.q.Add(key) }
+
+// Forget drops what is remembered of the workload's checks.
+func (o *Orchestrator) Forget(key types.NamespacedName) { o.progress.forget(key) }
+
+// Run evaluates checks until ctx ends.
+func (o *Orchestrator) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for range o.cfg.Workers {
+		wg.Go(func() { o.work(ctx) })
+	}
+	<-ctx.Done()
+	o.q.ShutDown()
+	wg.Wait()
+}
 
 // Limits of AdmissionCheckState fields in the API.
 const (
@@ -67,16 +135,16 @@ func (t *progressTracker) forget(key types.NamespacedName) {
 	delete(t.m, key)
 }
 
-func (a *Admitter) checkWorker(ctx context.Context) {
+func (o *Orchestrator) work(ctx context.Context) {
 	for {
-		key, shutdown := a.checkQ.Get()
+		key, shutdown := o.q.Get()
 		if shutdown {
 			return
 		}
-		after := a.processChecks(ctx, key)
-		a.checkQ.Done(key)
+		after := o.process(ctx, key)
+		o.q.Done(key)
 		if after > 0 && ctx.Err() == nil {
-			a.checkQ.AddAfter(key, after)
+			o.q.AddAfter(key, after)
 		}
 	}
 }
@@ -89,22 +157,22 @@ func (a *Admitter) checkWorker(ctx context.Context) {
 // reports never wait for a slow provider; answers for a reservation that
 // is gone by then are dropped. It returns when to look again (0: not
 // needed).
-func (a *Admitter) processChecks(ctx context.Context, key types.NamespacedName) time.Duration {
-	orig, due, w, after := a.dueChecks(ctx, key)
+func (o *Orchestrator) process(ctx context.Context, key types.NamespacedName) time.Duration {
+	orig, due, w, after := o.dueChecks(ctx, key)
 	if orig == nil {
 		return after
 	}
-	answers := a.ask(ctx, orig, due, w)
+	answers := o.ask(ctx, orig, due, w)
 
-	unlock := a.locks.lock(key)
+	unlock := o.cfg.Locks.Lock(key)
 	defer unlock()
-	cur := a.store.get(key)
-	if cur == nil || cur.UID != orig.UID || reservationID(cur) != reservationID(orig) || !workload.InCheckPhase(cur) || !workload.IsActive(cur) {
+	cur := o.cfg.Store.Get(key)
+	if cur == nil || cur.UID != orig.UID || workload.ReservationID(cur) != workload.ReservationID(orig) || !workload.InCheckPhase(cur) || !workload.IsActive(cur) {
 		// The reservation moved on while the providers answered; whatever
 		// changed it queued another look.
 		return 0
 	}
-	prog := a.progress.get(key, reservationID(cur))
+	prog := o.progress.get(key, workload.ReservationID(cur))
 	now := time.Now()
 	wl := cur.DeepCopy()
 	var retryAfter time.Duration
@@ -141,19 +209,19 @@ func (a *Admitter) processChecks(ctx context.Context, key types.NamespacedName) 
 
 	switch {
 	case len(rejected) > 0:
-		err := a.reject(ctx, cur, wl, rejected)
-		return retryOnError(a, err, "reject workload", key)
+		err := o.cfg.Writer.Reject(ctx, cur, wl, rejected)
+		return retryOnError(ctx, err, "reject workload", key)
 	case len(retried) > 0:
-		msg := fmt.Sprintf("admission check %s answered Retry: %s", strings.Join(retried, ", "), checkMessages(wl, retried))
-		err := a.evict(ctx, cur, wl, eviction{reason: v1alpha1.ReasonAdmissionCheck, message: msg, requeueAfter: retryAfter})
-		return retryOnError(a, err, "evict workload", key)
+		msg := fmt.Sprintf("admission check %s answered Retry: %s", strings.Join(retried, ", "), lifecycle.CheckMessages(wl, retried))
+		err := o.cfg.Writer.Evict(ctx, cur, wl, lifecycle.Eviction{Reason: v1alpha1.ReasonAdmissionCheck, Message: msg, RequeueAfter: retryAfter})
+		return retryOnError(ctx, err, "evict workload", key)
 	case allReady(wl):
-		return a.admitOrRelease(ctx, cur, wl, w)
+		return o.admitOrRelease(ctx, cur, wl, w)
 	default:
 		workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadAdmitted, metav1.ConditionFalse, v1alpha1.ReasonWaitingForChecks,
-			waitingForChecksMessage(wl), wl.Generation)
-		if err := a.patchStatus(ctx, cur, wl, "check-state"); err != nil {
-			return retryOnError(a, err, "record check states", key)
+			lifecycle.WaitingForChecksMessage(wl), wl.Generation)
+		if err := o.cfg.Writer.PatchStatus(ctx, cur, wl, "check-state"); err != nil {
+			return retryOnError(ctx, err, "record check states", key)
 		}
 		return nextDue(prog, wl, now)
 	}
@@ -163,28 +231,25 @@ func (a *Admitter) processChecks(ctx context.Context, key types.NamespacedName) 
 // works from and the checks due to be asked. A nil workload means there is
 // nothing to ask; after then says when to look again. An inactive
 // workload still holding quota is evicted here.
-func (a *Admitter) dueChecks(ctx context.Context, key types.NamespacedName) (*v1alpha1.Workload, []string, *catalog, time.Duration) {
-	unlock := a.locks.lock(key)
+func (o *Orchestrator) dueChecks(ctx context.Context, key types.NamespacedName) (*v1alpha1.Workload, []string, *catalog, time.Duration) {
+	unlock := o.cfg.Locks.Lock(key)
 	defer unlock()
-	orig := a.store.get(key)
-	if orig == nil || orig.Status.Admission == nil || isFinished(orig) || isEvicting(orig) || isDeleting(orig) {
-		a.progress.forget(key)
+	orig := o.cfg.Store.Get(key)
+	if orig == nil || orig.Status.Admission == nil || workload.IsFinished(orig) || workload.IsEvicting(orig) || workload.IsDeleting(orig) {
+		o.progress.forget(key)
 		return nil, nil, nil, 0
 	}
 	if !workload.IsActive(orig) {
-		err := a.evict(ctx, orig, orig, eviction{reason: v1alpha1.ReasonInactive, message: "the workload was deactivated"})
-		return nil, nil, nil, retryOnError(a, err, "evict inactive workload", key)
+		err := o.cfg.Writer.Evict(ctx, orig, orig, lifecycle.Eviction{Reason: v1alpha1.ReasonInactive, Message: "the workload was deactivated"})
+		return nil, nil, nil, retryOnError(ctx, err, "evict inactive workload", key)
 	}
-	if isAdmitted(orig) {
-		a.progress.forget(key)
+	if workload.IsAdmitted(orig) {
+		o.progress.forget(key)
 		return nil, nil, nil, 0
 	}
-	w, err := a.loadCatalog(ctx)
-	if err != nil {
-		a.log.Error(err, "check phase", "workload", key.String())
-		return nil, nil, nil, time.Second
-	}
-	prog := a.progress.get(key, reservationID(orig))
+	w := &catalog{}
+	w.flavors, w.checks = o.cfg.Catalog()
+	prog := o.progress.get(key, workload.ReservationID(orig))
 	now := time.Now()
 	var due []string
 	for _, st := range orig.Status.AdmissionChecks {
@@ -196,6 +261,12 @@ func (a *Admitter) dueChecks(ctx context.Context, key types.NamespacedName) (*v1
 		return nil, nil, nil, nextDue(prog, orig, now)
 	}
 	return orig, due, w, 0
+}
+
+// catalog is the ResourceFlavors and AdmissionChecks by name.
+type catalog struct {
+	flavors map[string]*v1alpha1.ResourceFlavor
+	checks  map[string]*v1alpha1.AdmissionCheck
 }
 
 func orEmpty(ac *v1alpha1.AdmissionCheck) *v1alpha1.AdmissionCheck {
@@ -211,55 +282,41 @@ func orEmpty(ac *v1alpha1.AdmissionCheck) *v1alpha1.AdmissionCheck {
 // reservation (Ready answers are final for theirs), so the reservation is
 // given up with the conflict in its conditions, and the workload queues
 // again after a backoff, when the checks are asked afresh.
-func (a *Admitter) admitOrRelease(ctx context.Context, orig, wl *v1alpha1.Workload, w *catalog) time.Duration {
+func (o *Orchestrator) admitOrRelease(ctx context.Context, orig, wl *v1alpha1.Workload, w *catalog) time.Duration {
 	key := workload.Key(wl)
 	infos, err := podset.MergeWorkload(wl, w.flavors)
 	if err != nil {
-		msg := conflictMessage(err)
+		msg := lifecycle.ConflictMessage(err)
 		var wait time.Duration
 		for _, st := range wl.Status.AdmissionChecks {
-			wait = max(wait, checks.Backoff(orEmpty(w.checks[st.Name]), int(requeueCount(wl))))
+			wait = max(wait, checks.Backoff(orEmpty(w.checks[st.Name]), int(lifecycle.RequeueCount(wl))))
 		}
-		a.cfg.Recorder.Eventf(wl, nil, "Warning", v1alpha1.ReasonPodSetUpdateConflict, "Admit",
+		o.cfg.Recorder.Eventf(wl, nil, "Warning", v1alpha1.ReasonPodSetUpdateConflict, "Admit",
 			"not admitted: the admission checks' pod set updates conflict: %s", msg)
-		err := a.release(ctx, orig, wl, eviction{reason: v1alpha1.ReasonPodSetUpdateConflict, message: msg, requeueAfter: wait})
-		return retryOnError(a, err, "release conflicting workload", key)
+		err := o.cfg.Writer.Release(ctx, orig, wl, lifecycle.Eviction{Reason: v1alpha1.ReasonPodSetUpdateConflict, Message: msg, RequeueAfter: wait})
+		return retryOnError(ctx, err, "release conflicting workload", key)
 	}
-	wl.Status.PodSetInfos = infos
-	workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadAdmitted, metav1.ConditionTrue, v1alpha1.ReasonAdmitted,
-		"Admitted in ClusterQueue "+wl.Status.Admission.ClusterQueue+"; every admission check is Ready", wl.Generation)
-	if err := a.patchStatus(ctx, orig, wl, "admit"); err != nil {
-		return retryOnError(a, err, "admit workload", key)
+	if err := o.cfg.Writer.Admit(ctx, orig, wl, infos); err != nil {
+		return retryOnError(ctx, err, "admit workload", key)
 	}
-	crashpoint.Hit("admitter/admit")
-	a.progress.forget(key)
-	a.summaries.add(wl.Status.Admission.ClusterQueue, true)
+	o.progress.forget(key)
 	return 0
-}
-
-// conflictMessage says what conflicts, naming the pod set when known.
-func conflictMessage(err error) string {
-	var conflict *podset.ConflictError
-	if errors.As(err, &conflict) {
-		return fmt.Sprintf("pod set %s: %s", conflict.PodSet, conflict.Error())
-	}
-	return err.Error()
 }
 
 // retryOnError logs err (unless it is a lost race) and asks for another
 // look soon.
-func retryOnError(a *Admitter, err error, what string, key types.NamespacedName) time.Duration {
+func retryOnError(ctx context.Context, err error, what string, key types.NamespacedName) time.Duration {
 	if err == nil {
 		return 0
 	}
-	if !errors.Is(err, ErrStale) {
-		a.log.Error(err, what, "workload", key.String())
+	if !errors.Is(err, lifecycle.ErrStale) {
+		ctrl.LoggerFrom(ctx).Error(err, what, "workload", key.String())
 	}
 	return time.Second
 }
 
 // ask calls Evaluate for each named check in parallel.
-func (a *Admitter) ask(ctx context.Context, wl *v1alpha1.Workload, names []string, w *catalog) map[string]checks.Answer {
+func (o *Orchestrator) ask(ctx context.Context, wl *v1alpha1.Workload, names []string, w *catalog) map[string]checks.Answer {
 	out := make(map[string]checks.Answer, len(names))
 	if len(names) == 0 {
 		return out
@@ -279,7 +336,7 @@ func (a *Admitter) ask(ctx context.Context, wl *v1alpha1.Workload, names []strin
 			continue
 		}
 		wg.Go(func() {
-			ans := a.evaluate(ctx, ac, req)
+			ans := o.evaluate(ctx, ac, req)
 			mu.Lock()
 			out[name] = ans
 			mu.Unlock()
@@ -289,7 +346,7 @@ func (a *Admitter) ask(ctx context.Context, wl *v1alpha1.Workload, names []strin
 	return out
 }
 
-func (a *Admitter) evaluate(ctx context.Context, ac *v1alpha1.AdmissionCheck, base *checksv1.EvaluateRequest) checks.Answer {
+func (o *Orchestrator) evaluate(ctx context.Context, ac *v1alpha1.AdmissionCheck, base *checksv1.EvaluateRequest) checks.Answer {
 	params, err := checks.Parameters(ac)
 	if err != nil {
 		return checks.Answer{State: v1alpha1.CheckStatePending, Reason: "InvalidParameters", Message: err.Error(), NoAnswer: true, Final: true}
@@ -300,10 +357,10 @@ func (a *Admitter) evaluate(ctx context.Context, ac *v1alpha1.AdmissionCheck, ba
 		EvaluationKey: base.EvaluationKey,
 		Workload:      base.Workload,
 	}
-	resp, err := a.cfg.Checks.Evaluate(ctx, ac, req)
+	resp, err := o.cfg.Checks.Evaluate(ctx, ac, req)
 	ans := checks.Read(ac, req, resp, err)
 	if err == nil && ans.NoAnswer {
-		a.cfg.Metrics.CheckCallErrors.WithLabelValues(ac.Name, "Evaluate", "invalid_response").Inc()
+		o.cfg.Metrics.CheckCallErrors.WithLabelValues(ac.Name, "Evaluate", "invalid_response").Inc()
 	}
 	return ans
 }
@@ -389,35 +446,4 @@ func allReady(wl *v1alpha1.Workload) bool {
 		}
 	}
 	return true
-}
-
-// waitingForChecksMessage lists the checks that are not Ready yet, with
-// what they said.
-func waitingForChecksMessage(wl *v1alpha1.Workload) string {
-	var parts []string
-	for _, st := range wl.Status.AdmissionChecks {
-		if st.State == v1alpha1.CheckStateReady {
-			continue
-		}
-		msg := st.Message
-		if msg == "" {
-			msg = "no answer yet"
-		}
-		parts = append(parts, fmt.Sprintf("%s (%s: %s)", st.Name, st.State, msg))
-	}
-	sort.Strings(parts)
-	return "waiting for admission checks: " + strings.Join(parts, "; ")
-}
-
-func checkMessages(wl *v1alpha1.Workload, names []string) string {
-	var parts []string
-	for _, name := range names {
-		if st := workload.CheckState(wl, name); st != nil && st.Message != "" {
-			parts = append(parts, fmt.Sprintf("%s: %s", name, st.Message))
-		}
-	}
-	if len(parts) == 0 {
-		return "no message"
-	}
-	return strings.Join(parts, "; ")
 }

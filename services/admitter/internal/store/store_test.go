@@ -1,4 +1,4 @@
-package controller
+package store
 
 import (
 	"testing"
@@ -30,12 +30,12 @@ func TestStoreNeverGoesBack(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newStore()
-			s.upsert(tc.first)
-			if _, applied := s.upsert(tc.second); applied != tc.applied {
+			s := New()
+			s.Upsert(tc.first)
+			if _, applied := s.Upsert(tc.second); applied != tc.applied {
 				t.Fatalf("applied = %v, want %v", applied, tc.applied)
 			}
-			if got := s.get(key).ResourceVersion; got != tc.wantRV {
+			if got := s.Get(key).ResourceVersion; got != tc.wantRV {
 				t.Fatalf("stored version %s, want %s", got, tc.wantRV)
 			}
 		})
@@ -44,32 +44,60 @@ func TestStoreNeverGoesBack(t *testing.T) {
 
 func TestStoreRemoveChecksUID(t *testing.T) {
 	key := types.NamespacedName{Namespace: "ns", Name: "w"}
-	s := newStore()
-	s.upsert(wlAt("new", "5"))
-	if s.remove(key, "old") != nil || s.get(key) == nil {
+	s := New()
+	s.Upsert(wlAt("new", "5"))
+	if s.Remove(key, "old") != nil || s.Get(key) == nil {
 		t.Fatal("removing an older incarnation removed the current one")
 	}
-	if s.remove(key, "new") == nil || s.get(key) != nil {
+	if s.Remove(key, "new") == nil || s.Get(key) != nil {
 		t.Fatal("removing the current incarnation left it in the store")
 	}
 }
 
 // A read that raced a deletion must not bring the deleted workload back.
 func TestStoreRefusesDeletedWorkloads(t *testing.T) {
-	s := newStore()
+	s := New()
 	wl := &v1alpha1.Workload{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "w", UID: "u1", ResourceVersion: "5"}}
-	s.upsert(wl)
+	s.Upsert(wl)
 	key := types.NamespacedName{Namespace: "ns", Name: "w"}
-	if s.remove(key, "u1") == nil {
+	if s.Remove(key, "u1") == nil {
 		t.Fatal("remove found nothing")
 	}
 	stale := wl.DeepCopy()
 	stale.ResourceVersion = "4"
-	if _, ok := s.upsert(stale); ok || s.get(key) != nil {
+	if _, ok := s.Upsert(stale); ok || s.Get(key) != nil {
 		t.Fatal("a stale read of a deleted workload was recorded")
 	}
 	again := &v1alpha1.Workload{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "w", UID: "u2", ResourceVersion: "9"}}
-	if _, ok := s.upsert(again); !ok || s.get(key).UID != "u2" {
+	if _, ok := s.Upsert(again); !ok || s.Get(key).UID != "u2" {
 		t.Fatal("a new workload of the same name was refused")
+	}
+}
+
+func TestStoreRetiresFinishedWorkloads(t *testing.T) {
+	key := types.NamespacedName{Namespace: "ns", Name: "w"}
+	s := New()
+	running := wlAt("u", "10")
+	done := wlAt("u", "11")
+	done.Status.Conditions = []metav1.Condition{{Type: v1alpha1.WorkloadFinished, Status: metav1.ConditionTrue}}
+	s.Upsert(running)
+	if _, applied := s.Upsert(done); !applied {
+		t.Fatal("the finished version was not applied")
+	}
+	if s.Get(key) != nil || s.Retired() != 1 {
+		t.Fatalf("finished workload still held (retired %d)", s.Retired())
+	}
+	if _, applied := s.Upsert(running); applied || s.Get(key) != nil {
+		t.Fatal("an older version brought the finished workload back")
+	}
+	deleting := wlAt("u", "12")
+	deleting.Status.Conditions = done.Status.Conditions
+	deleting.DeletionTimestamp = &metav1.Time{}
+	if _, applied := s.Upsert(deleting); !applied || s.Get(key) == nil {
+		t.Fatal("a finished workload being deleted must be held: its deletion still needs work")
+	}
+	s.Remove(key, "u")
+	if s.Retired() != 0 || s.Get(key) != nil {
+		t.Fatal("the deleted workload is still remembered")
 	}
 }

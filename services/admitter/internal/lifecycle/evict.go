@@ -1,0 +1,187 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
+	"github.com/sluice-dev/sluice/pkg/crashpoint"
+	"github.com/sluice-dev/sluice/services/admitter/internal/releases"
+	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
+)
+
+// Eviction is why a workload loses its reservation.
+type Eviction struct {
+	Reason, Message string
+	// RequeueAfter holds the workload back that long once its quota is
+	// released (and puts it at the back of its priority); zero requeues it
+	// at once, in its old place.
+	RequeueAfter time.Duration
+	// requeued: the eviction's first write already recorded the requeue.
+	requeued bool
+}
+
+// Admit writes wl (orig with its check answers) as admitted with infos.
+func (w *Writer) Admit(ctx context.Context, orig, wl *v1alpha1.Workload, infos []v1alpha1.PodSetInfo) error {
+	cq := wl.Status.Admission.ClusterQueue
+	wl.Status.PodSetInfos = infos
+	workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadAdmitted, metav1.ConditionTrue, v1alpha1.ReasonAdmitted,
+		"Admitted in ClusterQueue "+cq+"; every admission check is Ready", wl.Generation)
+	if err := w.PatchStatus(ctx, orig, wl, "admit"); err != nil {
+		return err
+	}
+	crashpoint.Hit("admitter/admit")
+	w.cfg.Reserved(cq, true)
+	return nil
+}
+
+// Evict takes the reservation of updated (orig with the check answers that
+// led here) away. A workload that was never admitted has only gated pods,
+// so its quota is released in the same write. An admitted one may have
+// running pods: the first write only says Evicted (the decision in force
+// becomes EVICT) and the quota stays reserved until the grouper reports
+// the pods stopped (see Stopped).
+func (w *Writer) Evict(ctx context.Context, orig, updated *v1alpha1.Workload, ev Eviction) error {
+	if !workload.IsAdmitted(orig) {
+		return w.Release(ctx, orig, updated, ev)
+	}
+	wl := updated.DeepCopy()
+	gen := wl.Generation
+	cq := wl.Status.Admission.ClusterQueue
+	wl.Status.PodSetInfos = nil
+	workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadEvicted, metav1.ConditionTrue, ev.Reason, ev.Message, gen)
+	workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadAdmitted, metav1.ConditionFalse, ev.Reason, ev.Message, gen)
+	workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadQuotaReserved, metav1.ConditionTrue, v1alpha1.ReasonEvicting,
+		"Quota held in ClusterQueue "+cq+" until the evicted pods stop", gen)
+	setRequeue(wl, ev.RequeueAfter)
+	if err := w.PatchStatus(ctx, orig, wl, "evict"); err != nil {
+		return err
+	}
+	crashpoint.Hit("admitter/evict")
+	w.cfg.Recorder.Eventf(wl, nil, "Normal", "Evicting", "Evict", "evicting from ClusterQueue %s: %s", cq, ev.Message)
+	return nil
+}
+
+// Release gives the reservation of updated up in one status write:
+// admission and pod set infos cleared, QuotaReserved=False, Admitted=False
+// and Evicted=True, every non-Pending check reset to Pending (a Retry
+// counts in its retryCount), a Release owed to every check, and the
+// requeue time set.
+func (w *Writer) Release(ctx context.Context, orig, updated *v1alpha1.Workload, ev Eviction) error {
+	wl := updated.DeepCopy()
+	now := metav1.Now()
+	gen := wl.Generation
+	cq := wl.Status.Admission.ClusterQueue
+	releases.Owe(wl, v1alpha1.ReleaseEvicted)
+	wl.Status.Admission = nil
+	wl.Status.PodSetInfos = nil
+	workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadQuotaReserved, metav1.ConditionFalse, v1alpha1.ReasonPending,
+		"waiting for quota again after an eviction: "+ev.Message, gen)
+	workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadAdmitted, metav1.ConditionFalse, ev.Reason, ev.Message, gen)
+	workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadEvicted, metav1.ConditionTrue, ev.Reason, ev.Message, gen)
+	resetChecks(wl, now)
+	if !ev.requeued {
+		setRequeue(wl, ev.RequeueAfter)
+	}
+	if err := w.PatchStatus(ctx, orig, wl, "release"); err != nil {
+		return err
+	}
+	crashpoint.Hit("admitter/release")
+	w.cfg.Recorder.Eventf(wl, nil, "Normal", "Evicted", "Evict", "evicted from ClusterQueue %s: %s", cq, ev.Message)
+	w.cfg.Requeue()
+	return nil
+}
+
+// resetChecks sets every non-Pending check back to Pending for the next
+// reservation, counting Retry answers.
+func resetChecks(wl *v1alpha1.Workload, now metav1.Time) {
+	for i := range wl.Status.AdmissionChecks {
+		st := &wl.Status.AdmissionChecks[i]
+		if st.State == v1alpha1.CheckStatePending {
+			continue
+		}
+		if st.State == v1alpha1.CheckStateRetry {
+			st.RetryCount = ptr.To(ptr.Deref(st.RetryCount, 0) + 1)
+		}
+		st.Message = "Reset to Pending after eviction. Previously: " + string(st.State)
+		st.State = v1alpha1.CheckStatePending
+		st.Reason = ""
+		st.LastTransitionTime = now
+		st.PodSetUpdates = nil
+	}
+}
+
+// setRequeue counts the requeue and, with a wait, holds the workload back
+// until then; the requeue time is also its new place in line.
+func setRequeue(wl *v1alpha1.Workload, after time.Duration) {
+	rs := wl.Status.RequeueState
+	if rs == nil {
+		rs = &v1alpha1.RequeueState{}
+	}
+	rs.Count = ptr.To(ptr.Deref(rs.Count, 0) + 1)
+	rs.RequeueAt = nil
+	if after > 0 {
+		rs.RequeueAt = ptr.To(metav1.NewTime(time.Now().Add(after)))
+	}
+	wl.Status.RequeueState = rs
+}
+
+// Reject deactivates the workload (spec.active=false, written first so
+// that a crash in between still ends in an eviction: the check phase
+// evicts inactive workloads holding quota) and evicts it.
+func (w *Writer) Reject(ctx context.Context, orig, updated *v1alpha1.Workload, rejected []string) error {
+	msg := fmt.Sprintf("admission check %s rejected the workload: %s", strings.Join(rejected, ", "), CheckMessages(updated, rejected))
+	if workload.IsActive(orig) {
+		deactivated := orig.DeepCopy()
+		deactivated.Spec.Active = ptr.To(false)
+		if err := w.patchSpec(ctx, orig, deactivated, "deactivate"); err != nil {
+			return err
+		}
+		w.cfg.Recorder.Eventf(deactivated, nil, "Warning", "AdmissionCheckRejected", "Admit", "%s", msg)
+		// The status write below is guarded by the new resourceVersion and
+		// carries the rejected checks' answers.
+		updated = updated.DeepCopy()
+		updated.ObjectMeta = deactivated.ObjectMeta
+		updated.Spec = deactivated.Spec
+		orig = deactivated
+	}
+	return w.Evict(ctx, orig, updated, Eviction{Reason: v1alpha1.ReasonAdmissionCheck, Message: msg})
+}
+
+// CheckMessages joins what the named checks said.
+func CheckMessages(wl *v1alpha1.Workload, names []string) string {
+	var parts []string
+	for _, name := range names {
+		if st := workload.CheckState(wl, name); st != nil && st.Message != "" {
+			parts = append(parts, fmt.Sprintf("%s: %s", name, st.Message))
+		}
+	}
+	if len(parts) == 0 {
+		return "no message"
+	}
+	return strings.Join(parts, "; ")
+}
+
+// WaitingForChecksMessage lists the checks that are not Ready yet, with
+// what they said.
+func WaitingForChecksMessage(wl *v1alpha1.Workload) string {
+	var parts []string
+	for _, st := range wl.Status.AdmissionChecks {
+		if st.State == v1alpha1.CheckStateReady {
+			continue
+		}
+		msg := st.Message
+		if msg == "" {
+			msg = "no answer yet"
+		}
+		parts = append(parts, fmt.Sprintf("%s (%s: %s)", st.Name, st.State, msg))
+	}
+	slices.Sort(parts)
+	return "waiting for admission checks: " + strings.Join(parts, "; ")
+}

@@ -1,0 +1,107 @@
+package lifecycle
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
+)
+
+func TestRecordSucceededOnlyGrows(t *testing.T) {
+	wl := &v1alpha1.Workload{Spec: v1alpha1.WorkloadSpec{PodSets: []v1alpha1.PodSet{{Name: "a", Count: 3}, {Name: "b", Count: 1}}}}
+	recordSucceeded(wl, map[string]int32{"a": 2})
+	recordSucceeded(wl, map[string]int32{"a": 1, "b": 5, "unknown": 4})
+	got := map[string]int32{}
+	for _, r := range wl.Status.ReclaimablePods {
+		got[r.Name] = r.Count
+	}
+	if len(got) != 2 || got["a"] != 2 || got["b"] != 1 {
+		t.Fatalf("reclaimablePods = %v, want a=2 (never lowered) b=1 (capped at count)", got)
+	}
+}
+
+func TestWaitingForChecksMessage(t *testing.T) {
+	wl := &v1alpha1.Workload{Status: v1alpha1.WorkloadStatus{AdmissionChecks: []v1alpha1.AdmissionCheckState{
+		{Name: "budget", State: v1alpha1.CheckStatePending, Message: "over quota until 5pm"},
+		{Name: "capacity", State: v1alpha1.CheckStateReady},
+		{Name: "approval", State: v1alpha1.CheckStatePending},
+	}}}
+	want := "waiting for admission checks: approval (Pending: no answer yet); budget (Pending: over quota until 5pm)"
+	if got := WaitingForChecksMessage(wl); got != want {
+		t.Fatalf("message = %q, want %q", got, want)
+	}
+}
+
+func TestResetChecksForTheNextReservation(t *testing.T) {
+	now := metav1.Now()
+	tests := []struct {
+		name      string
+		in        v1alpha1.AdmissionCheckState
+		wantRetry int32
+		touched   bool
+	}{
+		{"pending stays as is", v1alpha1.AdmissionCheckState{Name: "c", State: v1alpha1.CheckStatePending, Message: "asking"}, 0, false},
+		{"ready resets, updates dropped", v1alpha1.AdmissionCheckState{Name: "c", State: v1alpha1.CheckStateReady,
+			PodSetUpdates: []v1alpha1.PodSetUpdate{{Name: "main"}}}, 0, true},
+		{"retry resets and counts", v1alpha1.AdmissionCheckState{Name: "c", State: v1alpha1.CheckStateRetry, RetryCount: ptr.To[int32](2)}, 3, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			wl := &v1alpha1.Workload{Status: v1alpha1.WorkloadStatus{AdmissionChecks: []v1alpha1.AdmissionCheckState{tt.in}}}
+			resetChecks(wl, now)
+			got := wl.Status.AdmissionChecks[0]
+			if got.State != v1alpha1.CheckStatePending || len(got.PodSetUpdates) != 0 || ptr.Deref(got.RetryCount, 0) != tt.wantRetry {
+				t.Fatalf("after reset: %+v, want Pending, no updates, retryCount %d", got, tt.wantRetry)
+			}
+			if touched := strings.HasPrefix(got.Message, "Reset to Pending"); touched != tt.touched {
+				t.Fatalf("message %q: reset noted = %v, want %v", got.Message, touched, tt.touched)
+			}
+		})
+	}
+}
+
+func TestSetRequeueCountsAndHoldsBack(t *testing.T) {
+	tests := []struct {
+		name  string
+		after time.Duration
+		held  bool
+	}{
+		{"at once", 0, false},
+		{"after a backoff", time.Minute, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			wl := &v1alpha1.Workload{Status: v1alpha1.WorkloadStatus{RequeueState: &v1alpha1.RequeueState{
+				Count: ptr.To[int32](4), RequeueAt: ptr.To(metav1.NewTime(time.Now().Add(time.Hour))),
+			}}}
+			setRequeue(wl, tt.after)
+			rs := wl.Status.RequeueState
+			if *rs.Count != 5 || (rs.RequeueAt != nil) != tt.held {
+				t.Fatalf("requeueState = count %d, requeueAt %v; want count 5, held %v", *rs.Count, rs.RequeueAt, tt.held)
+			}
+			if tt.held && time.Until(rs.RequeueAt.Time) > tt.after {
+				t.Fatalf("held until %s, longer than %s", rs.RequeueAt, tt.after)
+			}
+		})
+	}
+}
+
+func TestPendingChecksKeepRetryCounts(t *testing.T) {
+	then := metav1.NewTime(time.Now().Add(-time.Hour))
+	orig := &v1alpha1.Workload{Status: v1alpha1.WorkloadStatus{AdmissionChecks: []v1alpha1.AdmissionCheckState{
+		{Name: "a", State: v1alpha1.CheckStatePending, RetryCount: ptr.To[int32](2), LastTransitionTime: then},
+		{Name: "gone", State: v1alpha1.CheckStateReady},
+	}}}
+	got := pendingChecks(orig, []string{"a", "b"}, metav1.Now())
+	if len(got) != 2 || got[0].Name != "a" || ptr.Deref(got[0].RetryCount, 0) != 2 || !got[0].LastTransitionTime.Equal(&then) ||
+		got[1].Name != "b" || got[1].RetryCount != nil || got[1].State != v1alpha1.CheckStatePending {
+		t.Fatalf("pendingChecks = %+v", got)
+	}
+	if pendingChecks(orig, nil, metav1.Now()) != nil {
+		t.Fatal("no checks, want nil")
+	}
+}

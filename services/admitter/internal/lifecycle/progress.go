@@ -1,0 +1,192 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
+	"github.com/sluice-dev/sluice/pkg/crashpoint"
+	"github.com/sluice-dev/sluice/services/admitter/internal/releases"
+	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
+)
+
+// Submit creates wl. It returns the Workload as stored and whether this
+// call created it; an existing Workload of the same name is success.
+func (w *Writer) Submit(ctx context.Context, wl *v1alpha1.Workload) (*v1alpha1.Workload, bool, error) {
+	key := workload.Key(wl)
+	if cur := w.cfg.Store.Get(key); cur != nil {
+		return cur, false, nil
+	}
+	wl = wl.DeepCopy()
+	if !slices.Contains(wl.Finalizers, v1alpha1.ResourceInUseFinalizer) {
+		wl.Finalizers = append(wl.Finalizers, v1alpha1.ResourceInUseFinalizer)
+	}
+	err := w.cfg.Client.Create(ctx, wl, client.FieldOwner(FieldOwner))
+	if err == nil {
+		w.cfg.Metrics.WorkloadWrites.WithLabelValues("create").Inc()
+		w.cfg.Observe(wl)
+		return wl, true, nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return nil, false, fmt.Errorf("create workload %s: %w", key, err)
+	}
+	if cur := w.cfg.Store.Get(key); cur != nil {
+		return cur, false, nil
+	}
+	var existing v1alpha1.Workload
+	if err := w.cfg.APIReader.Get(ctx, key, &existing); err != nil {
+		return nil, false, fmt.Errorf("read existing workload %s: %w", key, err)
+	}
+	return &existing, false, nil
+}
+
+// UpdateQueue moves a submitted workload to LocalQueue queue. A workload
+// holding quota loses it (it was reserved through the old queue) and
+// queues again. It reports whether anything changed; an unknown workload,
+// or another incarnation of its name (uid), changes nothing.
+func (w *Writer) UpdateQueue(ctx context.Context, key types.NamespacedName, uid types.UID, queue string) (bool, error) {
+	unlock := w.cfg.Locks.Lock(key)
+	defer unlock()
+	orig, err := w.current(ctx, key, false)
+	if err != nil || orig == nil {
+		return false, err
+	}
+	if (uid != "" && orig.UID != uid) || orig.Spec.QueueName == queue || workload.IsFinished(orig) || workload.IsDeleting(orig) {
+		return false, nil
+	}
+	moved := orig.DeepCopy()
+	moved.Spec.QueueName = queue
+	if err := w.patchSpec(ctx, orig, moved, "queue-change"); err != nil {
+		return false, err
+	}
+	if moved.Status.Admission != nil && !workload.IsEvicting(moved) {
+		ev := Eviction{Reason: v1alpha1.ReasonQueueChanged, Message: fmt.Sprintf("the pods moved from LocalQueue %s to %s", orig.Spec.QueueName, queue)}
+		if err := w.Evict(ctx, w.cfg.Store.Get(key), moved, ev); err != nil {
+			// The queue changed; the check phase evicts the reservation
+			// made through the old queue if this write was lost.
+			return true, err
+		}
+	}
+	w.cfg.Requeue()
+	return true, nil
+}
+
+// Progress is what ReportProgress says of a workload's pods.
+type Progress struct {
+	// UID, when set, must match the workload's: a report about an older
+	// incarnation of the name is ignored.
+	UID types.UID
+	// Succeeded counts, per pod set, the pods that succeeded.
+	Succeeded map[string]int32
+	// Finished ends the workload; Succeeded says how, Message why.
+	Finished        bool
+	FinishSucceeded bool
+	FinishMessage   string
+	// Stopped says no pod of the workload runs any more, in answer to the
+	// eviction of reservation StoppedReservation (empty for a deletion).
+	Stopped            bool
+	StoppedReservation string
+}
+
+// maxReportAttempts bounds the retries of a progress write that lost a
+// race with another write of the admitter.
+const maxReportAttempts = 5
+
+// ReportProgress records the pods that succeeded (their quota is released),
+// ends the workload on a finish (Finished=True, quota released, Releases
+// owed), and on a stop releases an evicted workload's quota or lets a
+// deleted one go. Reports about unknown (or finished and retired)
+// workloads succeed and change nothing.
+func (w *Writer) ReportProgress(ctx context.Context, key types.NamespacedName, p Progress) error {
+	for attempt := 0; ; attempt++ {
+		err := w.reportOnce(ctx, key, p, attempt > 0)
+		if !errors.Is(err, ErrStale) || attempt+1 >= maxReportAttempts {
+			return err
+		}
+	}
+}
+
+func (w *Writer) reportOnce(ctx context.Context, key types.NamespacedName, p Progress, fresh bool) error {
+	unlock := w.cfg.Locks.Lock(key)
+	defer unlock()
+	orig, err := w.current(ctx, key, fresh)
+	if err != nil || orig == nil {
+		return err
+	}
+	if p.UID != "" && orig.UID != p.UID {
+		return nil
+	}
+	wl := orig.DeepCopy()
+	recordSucceeded(wl, p.Succeeded)
+	finishing := p.Finished && !workload.IsFinished(wl)
+	if finishing {
+		reason, msg := v1alpha1.ReasonFailed, "the workload failed"
+		if p.FinishSucceeded {
+			reason, msg = v1alpha1.ReasonSucceeded, "every pod succeeded"
+		}
+		if p.FinishMessage != "" {
+			msg = p.FinishMessage
+		}
+		workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadFinished, metav1.ConditionTrue, reason, msg, wl.Generation)
+		releases.Owe(wl, v1alpha1.ReleaseFinished)
+	}
+	if err := w.PatchStatus(ctx, orig, wl, "progress"); err != nil {
+		return err
+	}
+	if finishing {
+		crashpoint.Hit("admitter/finish")
+	}
+	if p.Stopped {
+		return w.stoppedLocked(ctx, w.cfg.Store.Get(key), p.StoppedReservation)
+	}
+	return nil
+}
+
+// stoppedLocked acts on the grouper's word that no pod of wl runs: an
+// eviction in progress for that reservation releases the quota; a deleted
+// workload may go once its Releases are done. Call it under the
+// workload's lock.
+func (w *Writer) stoppedLocked(ctx context.Context, wl *v1alpha1.Workload, reservation string) error {
+	switch {
+	case wl == nil:
+		return nil
+	case workload.IsDeleting(wl):
+		w.stopped.mark(workload.Key(wl), wl.UID)
+		w.deletionQ.Add(workload.Key(wl))
+		return nil
+	case workload.IsEvicting(wl) && workload.ReservationID(wl) == reservation && !workload.IsFinished(wl):
+		c := workload.Condition(wl, v1alpha1.WorkloadEvicted)
+		return w.Release(ctx, wl, wl, Eviction{Reason: c.Reason, Message: c.Message, requeued: true})
+	}
+	return nil
+}
+
+// recordSucceeded raises status.reclaimablePods to the reported counts
+// (never lowers them; capped at the pod set's count).
+func recordSucceeded(wl *v1alpha1.Workload, succeeded map[string]int32) {
+	for _, ps := range wl.Spec.PodSets {
+		n, ok := succeeded[ps.Name]
+		if !ok || n <= 0 {
+			continue
+		}
+		n = min(n, ps.Count)
+		found := false
+		for i := range wl.Status.ReclaimablePods {
+			r := &wl.Status.ReclaimablePods[i]
+			if r.Name == ps.Name {
+				found = true
+				r.Count = max(r.Count, n)
+			}
+		}
+		if !found {
+			wl.Status.ReclaimablePods = append(wl.Status.ReclaimablePods, v1alpha1.ReclaimablePod{Name: ps.Name, Count: n})
+		}
+	}
+}

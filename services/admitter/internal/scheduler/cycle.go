@@ -1,0 +1,239 @@
+package scheduler
+
+import (
+	"cmp"
+	"errors"
+	"maps"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
+	"github.com/sluice-dev/sluice/services/admitter/internal/queue"
+	"github.com/sluice-dev/sluice/services/admitter/internal/quota"
+)
+
+// MaxTriesPerCycle bounds the heads one cycle tries, so a queue woken with
+// thousands of parked workloads does not hold up the writes of the
+// reservations found; Plan.More asks for the next cycle at once.
+const MaxTriesPerCycle = 2048
+
+// Plan is what a cycle decided.
+type Plan struct {
+	// Reservations are the workloads to reserve quota for, in the order
+	// they were admitted. The scheduler counts them as assumed until their
+	// write comes back (Observe) or is lost (Unassume).
+	Reservations []Reservation
+	// Waiting are the workloads whose waiting message changed.
+	Waiting []Waiting
+	// Wake is when the earliest held workload may be queued again; zero
+	// when none is held.
+	Wake time.Time
+	// More says heads remain untried: run the next cycle at once.
+	More bool
+	// Tried counts the heads this cycle tried.
+	Tried int
+}
+
+// Reservation is a workload the cycle reserves quota for.
+type Reservation struct {
+	Workload     *v1alpha1.Workload
+	ClusterQueue *v1alpha1.ClusterQueue
+	Assignment   quota.Assignment
+	// Checks are the admission checks the ClusterQueue asks of it.
+	Checks []string
+	// Flavors are the ResourceFlavors by name when the cycle ran.
+	Flavors map[string]*v1alpha1.ResourceFlavor
+}
+
+// Waiting is a workload that waits, and why.
+type Waiting struct {
+	Workload *v1alpha1.Workload
+	Message  string
+}
+
+// candidate is a ClusterQueue's head that fits, in a round of a cycle.
+type candidate struct {
+	e   *entry
+	cq  *clusterQueue
+	asg quota.Assignment
+}
+
+// compareCandidates orders the heads of a round: higher priority first,
+// then the ones that fit without borrowing, then the longest waiting, then
+// by name so the order is total.
+func compareCandidates(a, b candidate) int {
+	if c := cmp.Compare(queue.Priority(b.e.wl), queue.Priority(a.e.wl)); c != 0 {
+		return c
+	}
+	if a.asg.Borrowing != b.asg.Borrowing {
+		if !a.asg.Borrowing {
+			return -1
+		}
+		return 1
+	}
+	if c := queue.QueuedSince(a.e.wl).Compare(queue.QueuedSince(b.e.wl)); c != 0 {
+		return c
+	}
+	return queue.Compare(a.e.wl, b.e.wl)
+}
+
+// Cycle runs one scheduling pass at now. Round after round, it takes the
+// head of every ClusterQueue that has one, finds where it fits, and admits
+// the heads that fit in compareCandidates order; a head that does not fit
+// is parked with the reason (in a StrictFIFO queue it blocks the queue
+// instead). Queues that cannot admit park their workloads with the reason.
+func (s *Scheduler) Cycle(now time.Time) Plan {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var plan Plan
+	s.releaseHeld(now)
+	if h := s.held.peek(); h != nil {
+		plan.Wake = h.fp.requeueAt
+	}
+
+	var runnable []*clusterQueue
+	for _, name := range slices.Sorted(maps.Keys(s.clusterQueues)) {
+		cq := s.clusterQueues[name]
+		if !cq.runnable() {
+			continue
+		}
+		if !cq.active {
+			s.parkAll(&plan, cq, "ClusterQueue "+cq.name+" is inactive: "+cq.message)
+			continue
+		}
+		runnable = append(runnable, cq)
+	}
+
+	var flavors map[string]*v1alpha1.ResourceFlavor
+	for len(runnable) > 0 && plan.Tried < MaxTriesPerCycle {
+		var heads []candidate
+		next := runnable[:0]
+		for _, cq := range runnable {
+			if cq.blockedBy != nil {
+				continue
+			}
+			e := cq.next()
+			if e == nil {
+				continue
+			}
+			plan.Tried++
+			asg, err := quota.Assign(cq.spec, e.wl.Spec.PodSets, s.flavors, cq.usage)
+			if err == nil {
+				heads = append(heads, candidate{e: e, cq: cq, asg: asg})
+				continue
+			}
+			var unfit *quota.UnfitError
+			permanent := errors.As(err, &unfit) && unfit.Permanent
+			if cq.spec.Spec.QueueingStrategy == v1alpha1.StrictFIFO && !permanent {
+				s.block(&plan, cq, e, err.Error())
+				continue
+			}
+			cq.miss(e, err.Error(), permanent)
+			s.tell(&plan, e, err.Error())
+			next = append(next, cq)
+		}
+		slices.SortFunc(heads, compareCandidates)
+		for _, c := range heads {
+			// Without cohorts no head can take quota another head of the
+			// round counted on; once queues share quota, this is where a
+			// head is assigned again against what the round took.
+			if flavors == nil {
+				flavors = maps.Clone(s.flavors)
+			}
+			s.assume(c)
+			plan.Reservations = append(plan.Reservations, Reservation{
+				Workload:     c.e.wl,
+				ClusterQueue: c.cq.spec,
+				Assignment:   c.asg,
+				Checks:       ChecksFor(c.cq.spec, c.asg),
+				Flavors:      flavors,
+			})
+			next = append(next, c.cq)
+		}
+		runnable = next
+	}
+	for _, cq := range runnable {
+		if cq.runnable() {
+			plan.More = true
+		}
+	}
+	s.drainMessages(&plan)
+	return plan
+}
+
+// releaseHeld queues the held workloads whose requeue time has come.
+func (s *Scheduler) releaseHeld(now time.Time) {
+	for h := s.held.peek(); h != nil && !h.fp.requeueAt.After(now); h = s.held.peek() {
+		s.held.remove(h)
+		s.enqueue(h.cq, h)
+	}
+}
+
+// parkAll parks every workload waiting in cq and tells it message.
+func (s *Scheduler) parkAll(plan *Plan, cq *clusterQueue, message string) {
+	cq.endPass()
+	for e := cq.heap.peek(); e != nil; e = cq.heap.peek() {
+		cq.miss(e, message, false)
+	}
+	for _, e := range cq.parked.items {
+		e.message = message
+		s.tell(plan, e, message)
+	}
+}
+
+// block stops a StrictFIFO queue at head e until quota frees: e says why,
+// the workloads behind it say what they wait for.
+func (s *Scheduler) block(plan *Plan, cq *clusterQueue, e *entry, message string) {
+	cq.blockedBy = e
+	e.message = message
+	s.tell(plan, e, message)
+	behind := "waiting behind " + e.wl.Namespace + "/" + e.wl.Name + " in StrictFIFO ClusterQueue " + cq.name
+	for _, other := range cq.heap.items {
+		if other != e {
+			s.tell(plan, other, behind)
+		}
+	}
+}
+
+// tell hands out e's waiting message unless the last Plan already did.
+func (s *Scheduler) tell(plan *Plan, e *entry, message string) {
+	delete(s.messages, e.key)
+	if e.sent == message {
+		return
+	}
+	e.sent = message
+	plan.Waiting = append(plan.Waiting, Waiting{Workload: e.wl, Message: message})
+}
+
+// drainMessages hands out the messages of workloads that cannot queue.
+func (s *Scheduler) drainMessages(plan *Plan) {
+	for _, e := range s.messages {
+		s.tell(plan, e, e.message)
+	}
+}
+
+// assume counts c's reservation as if written.
+func (s *Scheduler) assume(c candidate) {
+	s.unplace(c.e)
+	s.reserve(c.e, c.cq, c.asg.Usage)
+	c.e.assumed = true
+}
+
+// ChecksFor lists, sorted, the checks cq asks of a workload with asg: those
+// without onFlavors, and those naming one of its flavors.
+func ChecksFor(cq *v1alpha1.ClusterQueue, asg quota.Assignment) []string {
+	s := cq.Spec.AdmissionChecksStrategy
+	if s == nil {
+		return nil
+	}
+	flavors := asg.Flavors()
+	var out []string
+	for _, rule := range s.AdmissionChecks {
+		if len(rule.OnFlavors) == 0 || slices.ContainsFunc(rule.OnFlavors, func(f string) bool { return slices.Contains(flavors, f) }) {
+			out = append(out, rule.Name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}

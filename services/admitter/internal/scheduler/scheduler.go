@@ -1,0 +1,401 @@
+// Package scheduler decides which pending workloads get quota, and in what
+// order. It is kept up to date by events — every version of a Workload the
+// admitter stores, and every ClusterQueue, LocalQueue, ResourceFlavor,
+// AdmissionCheck and Namespace the informers see — and holds each pending
+// workload in its ClusterQueue's ordered queue and each reservation's usage
+// in its ClusterQueue's total. A cycle therefore costs the heads it tries,
+// not every workload known: workloads that did not fit are parked until
+// something that could change the answer happens (quota freed, a queue or
+// flavor changed).
+//
+// A cycle takes one head per ClusterQueue at a time and admits the heads in
+// the order users of Kueue know: higher priority first, then the ones that
+// fit without borrowing, then the ones that have waited longest. It does no
+// I/O: it returns a Plan — reservations to write and messages telling
+// waiting workloads why — and counts the reservations as assumed until the
+// admitter's write comes back as a new version of the workload (or Unassume
+// says the write was lost).
+package scheduler
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
+	"github.com/sluice-dev/sluice/services/admitter/internal/queue"
+	"github.com/sluice-dev/sluice/services/admitter/internal/quota"
+	"github.com/sluice-dev/sluice/services/admitter/internal/store"
+	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
+)
+
+// Scheduler is the admitter's incremental view of queues and usage. It is
+// safe for concurrent use.
+type Scheduler struct {
+	mu            sync.Mutex
+	clusterQueues map[string]*clusterQueue
+	localQueues   map[types.NamespacedName]*localQueue
+	flavors       map[string]*v1alpha1.ResourceFlavor
+	checks        map[string]*v1alpha1.AdmissionCheck
+	namespaces    map[string]labels.Set
+	workloads     map[types.NamespacedName]*entry
+	// byLocalQueue indexes the workloads by the LocalQueue they name, and
+	// byAdmission the reserving ones by the ClusterQueue of their admission,
+	// so a queue event re-places only the workloads it concerns.
+	byLocalQueue map[types.NamespacedName]map[types.NamespacedName]*entry
+	byAdmission  map[string]map[types.NamespacedName]*entry
+	// held are the pending workloads whose requeue time is still ahead.
+	held heldQueue
+	// messages are the waiting workloads whose message changed since the
+	// last cycle (a queue that does not exist, a namespace that does not
+	// match, ...): the next Plan carries them.
+	messages map[types.NamespacedName]*entry
+	// retired remembers the finished workloads dropped from memory, by
+	// uid and resourceVersion, so a late older version cannot bring one
+	// back; Forget clears the mark when the Workload is deleted.
+	retired map[types.NamespacedName]mark
+}
+
+type mark struct {
+	uid             types.UID
+	resourceVersion string
+}
+
+// New returns an empty Scheduler.
+func New() *Scheduler {
+	return &Scheduler{
+		clusterQueues: map[string]*clusterQueue{},
+		localQueues:   map[types.NamespacedName]*localQueue{},
+		flavors:       map[string]*v1alpha1.ResourceFlavor{},
+		checks:        map[string]*v1alpha1.AdmissionCheck{},
+		namespaces:    map[string]labels.Set{},
+		workloads:     map[types.NamespacedName]*entry{},
+		byLocalQueue:  map[types.NamespacedName]map[types.NamespacedName]*entry{},
+		byAdmission:   map[string]map[types.NamespacedName]*entry{},
+		messages:      map[types.NamespacedName]*entry{},
+		retired:       map[types.NamespacedName]mark{},
+	}
+}
+
+// placement is where a workload counts.
+type placement int
+
+const (
+	// unplaced: finished, inactive or deleted without a reservation, or
+	// not placed yet.
+	unplaced placement = iota
+	// waiting: cannot be queued at all (no such LocalQueue, ...); the
+	// entry's message says why.
+	waiting
+	// held: queued in its ClusterQueue, but not before its requeue time.
+	held
+	// queued: in its ClusterQueue's heap, to be tried.
+	queued
+	// parked: tried, and did not fit; tried again when quota frees or the
+	// queue changes. retrying: parked, and tried again in the current pass.
+	// stuck: no freed quota can help; only a change of the queue or its
+	// flavors brings it back.
+	parked
+	retrying
+	stuck
+	// reserved: holds quota (status.admission, or a reservation the
+	// current cycle assumed).
+	reserved
+)
+
+// entry is one workload as the scheduler sees it.
+type entry struct {
+	key        types.NamespacedName
+	wl         *v1alpha1.Workload
+	fp         fingerprint
+	lq         types.NamespacedName
+	where      placement
+	cq         *clusterQueue // where it counts (pending or reserved)
+	countsInLQ bool
+	lqCounted  countKind   // how its LocalQueue counts it
+	counted    countKind   // how its ClusterQueue counts it
+	usage      quota.Usage // reserved only
+	message    string      // waiting, parked and stuck: why
+	sent       string      // the message last handed out in a Plan
+	admittedIn string      // reserved only: the ClusterQueue of its admission
+	shape      string      // the resources it requests (see shapeOf)
+	heapIndex  int
+	heldIndex  int
+	assumed    bool
+}
+
+// fingerprint is what decides a workload's placement; versions with the
+// same fingerprint (a new message, new check states) keep their place.
+type fingerprint struct {
+	uid          types.UID
+	generation   int64
+	deleting     bool
+	finished     bool
+	admitted     bool
+	reservation  string
+	clusterQueue string
+	requeueAt    time.Time
+	reclaimable  string
+}
+
+func fingerprintOf(wl *v1alpha1.Workload) fingerprint {
+	fp := fingerprint{
+		uid:        wl.UID,
+		generation: wl.Generation,
+		deleting:   workload.IsDeleting(wl),
+		finished:   workload.IsFinished(wl),
+		admitted:   workload.IsAdmitted(wl),
+	}
+	if a := wl.Status.Admission; a != nil {
+		fp.reservation, fp.clusterQueue = a.ReservationID, a.ClusterQueue
+	}
+	if rs := wl.Status.RequeueState; rs != nil && rs.RequeueAt != nil {
+		fp.requeueAt = rs.RequeueAt.Time
+	}
+	for _, r := range wl.Status.ReclaimablePods {
+		fp.reclaimable += fmt.Sprintf("%s=%d,", r.Name, r.Count)
+	}
+	return fp
+}
+
+// Observe records a version of a workload. Older versions than the one
+// held are ignored, so callers racing each other cannot move it back.
+func (s *Scheduler) Observe(wl *v1alpha1.Workload) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := workload.Key(wl)
+	if m, ok := s.retired[key]; ok && m.uid == wl.UID && !store.Newer(wl.ResourceVersion, m.resourceVersion) {
+		return
+	}
+	e := s.workloads[key]
+	if e != nil && e.wl.UID == wl.UID && !store.Newer(wl.ResourceVersion, e.wl.ResourceVersion) {
+		return
+	}
+	fp := fingerprintOf(wl)
+	if e != nil && e.fp == fp && !e.assumed {
+		e.wl = wl
+		return
+	}
+	if e == nil {
+		if fp.finished {
+			s.retired[key] = mark{wl.UID, wl.ResourceVersion}
+			return
+		}
+		e = &entry{key: key, heapIndex: -1, heldIndex: -1}
+		s.workloads[key] = e
+	}
+	e.wl, e.fp, e.assumed = wl, fp, false
+	e.shape = shapeOf(wl)
+	s.place(e)
+}
+
+// Forget drops a workload that is gone; uid guards against forgetting a
+// newer incarnation of the name (empty matches any).
+func (s *Scheduler) Forget(key types.NamespacedName, uid types.UID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m, ok := s.retired[key]; ok && (uid == "" || m.uid == uid) {
+		delete(s.retired, key)
+	}
+	e := s.workloads[key]
+	if e == nil || (uid != "" && e.wl.UID != uid) {
+		return
+	}
+	s.retire(e)
+	delete(s.retired, key)
+}
+
+// Unassume undoes the reservation a Plan assumed for wl when the write
+// that was to record it did not land. A newer version of the workload
+// already replaced the assumption; then nothing changes.
+func (s *Scheduler) Unassume(wl *v1alpha1.Workload) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.workloads[workload.Key(wl)]
+	if e == nil || !e.assumed || e.wl != wl {
+		return
+	}
+	e.assumed = false
+	s.place(e)
+}
+
+// retire forgets e entirely.
+func (s *Scheduler) retire(e *entry) {
+	s.unplace(e)
+	s.unindex(e)
+	delete(s.workloads, e.key)
+	delete(s.messages, e.key)
+}
+
+func (s *Scheduler) index(e *entry) {
+	m := s.byLocalQueue[e.lq]
+	if m == nil {
+		m = map[types.NamespacedName]*entry{}
+		s.byLocalQueue[e.lq] = m
+	}
+	m[e.key] = e
+}
+
+func (s *Scheduler) unindex(e *entry) {
+	if m := s.byLocalQueue[e.lq]; m != nil {
+		delete(m, e.key)
+		if len(m) == 0 {
+			delete(s.byLocalQueue, e.lq)
+		}
+	}
+}
+
+// place computes where e counts from its workload and the queues, undoing
+// where it counted before. Quota a reservation gave back wakes the
+// ClusterQueue's parked workloads.
+func (s *Scheduler) place(e *entry) {
+	prevCQ, prevUsage := (*clusterQueue)(nil), quota.Usage(nil)
+	if e.where == reserved {
+		prevCQ, prevUsage = e.cq, e.usage
+	}
+	s.unplace(e)
+	wl := e.wl
+	if lq := (types.NamespacedName{Namespace: wl.Namespace, Name: wl.Spec.QueueName}); lq != e.lq {
+		s.unindex(e)
+		e.lq = lq
+	}
+	s.index(e)
+	defer func() {
+		if prevCQ != nil && (e.cq != prevCQ || e.where != reserved || freed(prevUsage, e.usage)) {
+			prevCQ.wake()
+		}
+	}()
+
+	switch {
+	case e.fp.finished:
+		s.retire(e)
+		s.retired[e.key] = mark{wl.UID, wl.ResourceVersion}
+		return
+	case wl.Status.Admission != nil:
+		s.reserve(e, s.clusterQueues[wl.Status.Admission.ClusterQueue], quota.WorkloadUsage(wl))
+		return
+	case !workload.IsActive(wl) || e.fp.deleting:
+		return
+	}
+	lq := s.localQueues[e.lq]
+	if lq == nil {
+		s.wait(e, "LocalQueue "+wl.Spec.QueueName+" doesn't exist")
+		return
+	}
+	e.countsInLQ, e.lqCounted = true, countPending
+	lq.counts.add(countPending)
+	cq := s.clusterQueues[lq.lq.Spec.ClusterQueue]
+	switch {
+	case cq == nil:
+		s.wait(e, "ClusterQueue "+lq.lq.Spec.ClusterQueue+" doesn't exist")
+		return
+	case stopped(lq.lq.Spec.StopPolicy):
+		s.wait(e, "LocalQueue "+lq.lq.Name+" is stopped (stopPolicy "+string(*lq.lq.Spec.StopPolicy)+")")
+		return
+	case !cq.selector.Empty() && !cq.selector.Matches(s.namespaces[wl.Namespace]):
+		s.wait(e, "namespace "+wl.Namespace+" doesn't match the namespaceSelector of ClusterQueue "+cq.name)
+		return
+	}
+	e.cq = cq
+	e.counted = countPending
+	cq.counts.add(countPending)
+	if !e.fp.requeueAt.IsZero() && e.fp.requeueAt.After(time.Now()) {
+		e.where = held
+		s.held.push(e)
+		return
+	}
+	s.enqueue(cq, e)
+}
+
+// reserve counts e as holding usage in cq (which may not exist: then only
+// its LocalQueue counts it).
+func (s *Scheduler) reserve(e *entry, cq *clusterQueue, usage quota.Usage) {
+	kind := countReserving
+	if e.fp.admitted {
+		kind = countAdmitted
+	}
+	e.where, e.usage, e.counted = reserved, usage, kind
+	e.sent = "" // the reservation's write replaces any waiting message
+	if lq := s.localQueues[e.lq]; lq != nil {
+		e.countsInLQ, e.lqCounted = true, kind
+		lq.counts.add(kind)
+	}
+	if a := e.wl.Status.Admission; a != nil {
+		e.admittedIn = a.ClusterQueue
+	} else if cq != nil {
+		e.admittedIn = cq.name
+	}
+	m := s.byAdmission[e.admittedIn]
+	if m == nil {
+		m = map[types.NamespacedName]*entry{}
+		s.byAdmission[e.admittedIn] = m
+	}
+	m[e.key] = e
+	if cq != nil {
+		e.cq = cq
+		cq.usage.Add(usage)
+		cq.counts.add(kind)
+	}
+}
+
+// wait records that e cannot be queued, and why.
+func (s *Scheduler) wait(e *entry, message string) {
+	e.where, e.message = waiting, message
+	if e.sent != message {
+		s.messages[e.key] = e
+	}
+}
+
+// enqueue puts e in cq's heap, and makes sure the next cycle looks at cq.
+func (s *Scheduler) enqueue(cq *clusterQueue, e *entry) {
+	e.where, e.cq = queued, cq
+	cq.heap.push(e)
+	if cq.blockedBy != nil && queue.Compare(e.wl, cq.blockedBy.wl) < 0 {
+		// Ahead of the workload a StrictFIFO queue waits for: it is the
+		// head now.
+		cq.unblock()
+	}
+}
+
+// unplace undoes every count, usage and queue position of e.
+func (s *Scheduler) unplace(e *entry) {
+	if e.countsInLQ {
+		if lq := s.localQueues[e.lq]; lq != nil {
+			lq.counts.remove(e.lqCounted)
+		}
+	}
+	switch e.where {
+	case held:
+		s.held.remove(e)
+	case queued, parked, retrying, stuck:
+		e.cq.take(e)
+	case reserved:
+		if m := s.byAdmission[e.admittedIn]; m != nil {
+			delete(m, e.key)
+			if len(m) == 0 {
+				delete(s.byAdmission, e.admittedIn)
+			}
+		}
+		if e.cq != nil {
+			e.cq.usage.Sub(e.usage)
+		}
+	}
+	if e.cq != nil {
+		e.cq.counts.remove(e.counted)
+	}
+	e.where, e.cq, e.usage, e.admittedIn = unplaced, nil, nil, ""
+	e.countsInLQ, e.counted, e.lqCounted = false, countNone, countNone
+	delete(s.messages, e.key)
+}
+
+// replace re-places every workload in entries (after a queue changed).
+func (s *Scheduler) replace(entries map[types.NamespacedName]*entry) {
+	for _, e := range entries {
+		s.place(e)
+	}
+}
+
+func stopped(p *v1alpha1.StopPolicy) bool { return p != nil && *p != v1alpha1.None }

@@ -1,0 +1,181 @@
+// Package store is the admitter's view of every Workload it acts on: the
+// informer's objects and the answers to its own writes, whichever is newer,
+// plus the per-workload locks that order its writes. Writes land here at
+// once, so the next decision about a workload starts from the admitter's
+// last write even before the informer has seen it; the store never goes
+// back to an older resourceVersion. Finished workloads are retired: only
+// their uid and resourceVersion are kept, so nothing older brings them
+// back, until the Workload is deleted.
+package store
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
+
+	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
+	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
+)
+
+// Store holds the newest version of every live Workload. Objects in the
+// store are shared and never mutated. It is safe for concurrent use.
+type Store struct {
+	mu sync.RWMutex
+	m  map[types.NamespacedName]*v1alpha1.Workload
+	// retired are the finished workloads dropped from m.
+	retired map[types.NamespacedName]mark
+	// deleted remembers, for a while, the uids of workloads seen deleted,
+	// so a read that raced the deletion cannot bring one back.
+	deleted   map[types.UID]time.Time
+	lastPrune time.Time
+}
+
+type mark struct {
+	uid             types.UID
+	resourceVersion string
+}
+
+// tombstoneTTL is how long a deleted workload's uid is refused: far longer
+// than any read that could have started before the deletion.
+const tombstoneTTL = 10 * time.Minute
+
+// New returns an empty Store.
+func New() *Store {
+	return &Store{
+		m:       map[types.NamespacedName]*v1alpha1.Workload{},
+		retired: map[types.NamespacedName]mark{},
+		deleted: map[types.UID]time.Time{},
+	}
+}
+
+// Upsert records wl unless the store holds the same or a newer version
+// of it, or saw it deleted. It returns the version it replaced and whether
+// wl was recorded. A finished workload that is not being deleted is
+// recorded as retired: Get no longer returns it.
+func (s *Store) Upsert(wl *v1alpha1.Workload) (*v1alpha1.Workload, bool) {
+	key := types.NamespacedName{Namespace: wl.Namespace, Name: wl.Name}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, gone := s.deleted[wl.UID]; gone {
+		return s.m[key], false
+	}
+	if r, ok := s.retired[key]; ok && r.uid == wl.UID && !Newer(wl.ResourceVersion, r.resourceVersion) {
+		return nil, false
+	}
+	prev := s.m[key]
+	if prev != nil && prev.UID == wl.UID && !Newer(wl.ResourceVersion, prev.ResourceVersion) {
+		return prev, false
+	}
+	if workload.IsFinished(wl) && !workload.IsDeleting(wl) {
+		delete(s.m, key)
+		s.retired[key] = mark{uid: wl.UID, resourceVersion: wl.ResourceVersion}
+		return prev, true
+	}
+	delete(s.retired, key)
+	s.m[key] = wl
+	return prev, true
+}
+
+// Newer reports whether resourceVersion a is newer than b. Versions that
+// do not compare (not integers) count as newer: the informer's word wins.
+func Newer(a, b string) bool {
+	c, err := resourceversion.CompareResourceVersion(a, b)
+	if err != nil {
+		return true
+	}
+	return c > 0
+}
+
+// Remove forgets the workload if the store holds the version with uid
+// (or any version when uid is empty) and returns what it held.
+func (s *Store) Remove(key types.NamespacedName, uid types.UID) *v1alpha1.Workload {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	prev := s.m[key]
+	now := time.Now()
+	if uid != "" {
+		s.deleted[uid] = now
+	}
+	if r, ok := s.retired[key]; ok && (uid == "" || r.uid == uid) {
+		delete(s.retired, key)
+	}
+	if now.Sub(s.lastPrune) > tombstoneTTL/10 {
+		s.lastPrune = now
+		for u, at := range s.deleted {
+			if now.Sub(at) > tombstoneTTL {
+				delete(s.deleted, u)
+			}
+		}
+	}
+	if prev == nil || (uid != "" && prev.UID != uid) {
+		return nil
+	}
+	delete(s.m, key)
+	return prev
+}
+
+// Get returns the newest version of the workload; nil when it is unknown,
+// gone or retired.
+func (s *Store) Get(key types.NamespacedName) *v1alpha1.Workload {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.m[key]
+}
+
+// List returns every workload held.
+func (s *Store) List() []*v1alpha1.Workload {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]*v1alpha1.Workload, 0, len(s.m))
+	for _, wl := range s.m {
+		out = append(out, wl)
+	}
+	return out
+}
+
+// Retired reports how many finished workloads are remembered only by
+// their version.
+func (s *Store) Retired() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.retired)
+}
+
+// Locks serializes the writes to one workload, so that each write starts
+// from the store's answer to the previous one.
+type Locks struct {
+	mu    sync.Mutex
+	locks map[types.NamespacedName]*keyLock
+}
+
+type keyLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+// NewLocks returns a Locks with nothing locked.
+func NewLocks() *Locks { return &Locks{locks: map[types.NamespacedName]*keyLock{}} }
+
+// Lock locks key and returns the function that unlocks it.
+func (k *Locks) Lock(key types.NamespacedName) func() {
+	k.mu.Lock()
+	l := k.locks[key]
+	if l == nil {
+		l = &keyLock{}
+		k.locks[key] = l
+	}
+	l.refs++
+	k.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		k.mu.Lock()
+		l.refs--
+		if l.refs == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
+	}
+}
