@@ -304,9 +304,6 @@ func (a *Admitter) record(wl *v1alpha1.Workload) {
 	case prev == nil || prev.UID != wl.UID || workload.ReservationID(prev) != workload.ReservationID(wl) || !checkphase.Needed(prev):
 		a.phase.Enqueue(key)
 	}
-	if workload.IsFinished(wl) {
-		a.writer.Forget(key)
-	}
 	a.releases.Enqueue(wl)
 	a.writer.WatchDeletion(key)
 	a.triggerCycle()
@@ -335,11 +332,11 @@ func (a *Admitter) Start(ctx context.Context) error {
 		if checkphase.Needed(wl) {
 			a.phase.Enqueue(workload.Key(wl))
 		}
-		a.releases.Enqueue(wl)
 		a.writer.WatchDeletion(workload.Key(wl))
 	}
 	for i := range list.Items {
-		a.releases.Enqueue(&list.Items[i]) // finished workloads may still owe Releases
+		// Finished (retired) workloads may still owe Releases too.
+		a.releases.Enqueue(&list.Items[i])
 	}
 	a.triggerCycle()
 	a.cfg.OnLeading()

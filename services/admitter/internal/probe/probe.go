@@ -17,6 +17,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	checksv1 "github.com/sluice-dev/sluice/gen/sluice/checks/v1"
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 	"github.com/sluice-dev/sluice/services/admitter/internal/checks"
 	"github.com/sluice-dev/sluice/services/admitter/internal/lifecycle"
@@ -115,8 +116,25 @@ func (p *Prober) probe(ctx context.Context, name string) error {
 		}
 		return err
 	}
-	info, probe, err := p.cfg.Checks.Describe(ctx, &ac)
-	active, reason, message := checks.Activity(info, probe, err)
+	info, answer, err := p.cfg.Checks.Describe(ctx, &ac)
+	want := statusFor(&ac, info, answer, err)
+	if equality.Semantic.DeepEqual(ac.Status, want.Status) {
+		return nil
+	}
+	if err := p.cfg.Client.Status().Patch(ctx, want, client.MergeFrom(&ac), client.FieldOwner(lifecycle.FieldOwner)); err != nil {
+		return err
+	}
+	if c := findActive(want); c != nil && c.Status != metav1.ConditionTrue {
+		p.cfg.Recorder.Eventf(want, nil, "Warning", c.Reason, "Probe", "%s", c.Message)
+	}
+	return nil
+}
+
+// statusFor returns ac with the status the provider's answers imply: the
+// Active condition, and the provider's identity when it gave one (a
+// provider that cannot be reached keeps the identity it last gave).
+func statusFor(ac *v1alpha1.AdmissionCheck, info *checksv1.GetProviderInfoResponse, answer *checksv1.ProbeResponse, err error) *v1alpha1.AdmissionCheck {
+	active, reason, message := checks.Activity(info, answer, err)
 	want := ac.DeepCopy()
 	status := metav1.ConditionFalse
 	if active {
@@ -126,14 +144,14 @@ func (p *Prober) probe(ctx context.Context, name string) error {
 	if prov := checks.ProviderStatus(info); prov != nil {
 		want.Status.Provider = prov
 	}
-	if equality.Semantic.DeepEqual(ac.Status, want.Status) {
-		return nil
-	}
-	if err := p.cfg.Client.Status().Patch(ctx, want, client.MergeFrom(&ac), client.FieldOwner(lifecycle.FieldOwner)); err != nil {
-		return err
-	}
-	if !active {
-		p.cfg.Recorder.Eventf(want, nil, "Warning", reason, "Probe", "%s", message)
+	return want
+}
+
+func findActive(ac *v1alpha1.AdmissionCheck) *metav1.Condition {
+	for i := range ac.Status.Conditions {
+		if ac.Status.Conditions[i].Type == v1alpha1.AdmissionCheckActive {
+			return &ac.Status.Conditions[i]
+		}
 	}
 	return nil
 }
