@@ -88,8 +88,9 @@ lint:
 	$(GO) vet ./...
 
 .PHONY: unit
-unit: ## Unit tests (no control plane).
+unit: ## Unit tests (no control plane), and one pass of each micro-benchmark so they keep working.
 	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v -e /test/)
+	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x ./services/admitter/internal/scheduler/
 	$(GO) test $(TEST_FLAGS) -tags sluice_crashpoints ./pkg/crashpoint/
 
 .PHONY: integration
@@ -101,8 +102,9 @@ e2e: cluster-build build ## End-to-end tests: the four services as processes on 
 	$(GO) test $(TEST_FLAGS) -p 1 ./test/e2e/...
 
 .PHONY: bench
-bench: cluster-build build ## Burst pods through a running system and report throughput and writes per pod.
+bench: cluster-build build ## Burst pods through a running system (throughput, writes per pod), and time a scheduling cycle.
 	$(GO) test -count=1 -timeout=30m -run '^$$' -bench . -benchtime 1x ./test/bench/...
+	$(GO) test -count=1 -run '^$$' -bench Cycle -benchmem -benchtime 2000x ./services/admitter/internal/scheduler/
 
 .PHONY: help
 help:

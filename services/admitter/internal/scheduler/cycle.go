@@ -188,12 +188,19 @@ func (s *Scheduler) block(plan *Plan, cq *clusterQueue, e *entry, message string
 	cq.blockedBy = e
 	e.message = message
 	s.tell(plan, e, message)
-	behind := "waiting behind " + e.wl.Namespace + "/" + e.wl.Name + " in StrictFIFO ClusterQueue " + cq.name
+	behind := behindMessage(cq)
 	for _, other := range cq.heap.items {
 		if other != e {
 			s.tell(plan, other, behind)
 		}
 	}
+}
+
+// behindMessage is what the workloads behind the head a StrictFIFO queue
+// is blocked by wait for.
+func behindMessage(cq *clusterQueue) string {
+	b := cq.blockedBy.wl
+	return "waiting behind " + b.Namespace + "/" + b.Name + " in StrictFIFO ClusterQueue " + cq.name
 }
 
 // tell hands out e's waiting message unless the last Plan already did.

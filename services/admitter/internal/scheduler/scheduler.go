@@ -353,10 +353,17 @@ func (s *Scheduler) wait(e *entry, message string) {
 func (s *Scheduler) enqueue(cq *clusterQueue, e *entry) {
 	e.where, e.cq = queued, cq
 	cq.heap.push(e)
-	if cq.blockedBy != nil && queue.Compare(e.wl, cq.blockedBy.wl) < 0 {
+	switch {
+	case cq.blockedBy == nil:
+	case queue.Compare(e.wl, cq.blockedBy.wl) < 0:
 		// Ahead of the workload a StrictFIFO queue waits for: it is the
 		// head now.
 		cq.unblock()
+	default:
+		e.message = behindMessage(cq)
+		if e.sent != e.message {
+			s.messages[e.key] = e
+		}
 	}
 }
 

@@ -220,6 +220,25 @@ func TestQueueingStrategies(t *testing.T) {
 	}
 }
 
+func TestArrivalsBehindABlockedStrictFIFOHeadSayWhy(t *testing.T) {
+	f := newFixture(t)
+	f.clusterQueue("cq", "1", func(cq *v1alpha1.ClusterQueue) { cq.Spec.QueueingStrategy = v1alpha1.StrictFIFO })
+	f.s.Observe(f.workload("big", "lq-cq", "2", 0, 5))
+	if plan := f.cycle(); len(plan.Reservations) != 0 {
+		t.Fatalf("reserved %v while nothing fits", names(plan.Reservations))
+	}
+	f.s.Observe(f.workload("late", "lq-cq", "1", 1, 5))
+	plan := f.cycle()
+	if len(plan.Reservations) != 0 || messages(plan.Waiting)["late"] != "waiting behind ns/big in StrictFIFO ClusterQueue cq" {
+		t.Fatalf("plan = %+v, want late to wait behind big", plan)
+	}
+	// A workload of higher priority is the new head: it is tried, and fits.
+	f.s.Observe(f.workload("urgent", "lq-cq", "1", 2, 9))
+	if got := names(f.cycle().Reservations); !slices.Equal(got, []string{"urgent"}) {
+		t.Fatalf("reserved %v, want [urgent]", got)
+	}
+}
+
 func TestWorkloadsThatCannotQueueSayWhy(t *testing.T) {
 	tests := []struct {
 		name    string
