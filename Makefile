@@ -4,7 +4,7 @@
 #   make test     everything CI checks
 #
 # Other targets: up, down, cluster-up, cluster-down, build, generate, verify,
-# unit, integration, e2e, bench, proto-release.
+# unit, integration, e2e, bench, fuzz, proto-release.
 
 SHELL := /usr/bin/env bash -o pipefail
 GO ?= go
@@ -92,6 +92,18 @@ unit: ## Unit tests (no control plane), and one pass of each micro-benchmark so 
 	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v -e /test/)
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x ./services/admitter/internal/scheduler/
 	$(GO) test $(TEST_FLAGS) -tags sluice_crashpoints ./pkg/crashpoint/
+	$(MAKE) --no-print-directory fuzz FUZZTIME=3s
+
+# The fuzz targets, each run for FUZZTIME (make test runs them briefly).
+FUZZ_TARGETS := FuzzParseTotalCount:./pkg/podgroup/ FuzzCompute:./pkg/rolehash/
+FUZZTIME ?= 60s
+
+.PHONY: fuzz
+fuzz: ## Fuzz the parsers and the role hash, each for FUZZTIME (60s).
+	@for t in $(FUZZ_TARGETS); do \
+		echo "fuzz $${t%%:*} for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$${t%%:*}$$" -fuzztime $(FUZZTIME) "$${t#*:}" || exit 1; \
+	done
 
 .PHONY: integration
 integration: cluster-build ## Integration tests against a real API server.

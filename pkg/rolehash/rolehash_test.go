@@ -1,6 +1,7 @@
 package rolehash
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -145,4 +146,46 @@ func TestComputeNilSpec(t *testing.T) {
 	if _, err := Compute(nil); err == nil {
 		t.Fatal("Compute(nil) succeeded, want an error")
 	}
+}
+
+// FuzzCompute: for any pod spec the fuzzer can build from JSON, the hash is
+// Length lowercase hex characters, the same on every call, and blind to
+// what pods of one role may differ in (container names, images, env,
+// commands, volumes).
+func FuzzCompute(f *testing.F) {
+	for _, seed := range []string{
+		`{"containers":[{"name":"main","resources":{"requests":{"cpu":"1"}}}]}`,
+		`{"containers":[{"name":"a","ports":[{"containerPort":80}]}],"nodeSelector":{"pool":"gpu"},"priority":5}`,
+		`{"initContainers":[{"name":"i","restartPolicy":"Always"}],"containers":[{"name":"m"}],"tolerations":[{"key":"k","operator":"Exists"}]}`,
+		`{}`,
+	} {
+		f.Add([]byte(seed), "image:tag", "value")
+	}
+	f.Fuzz(func(t *testing.T, specJSON []byte, image, env string) {
+		var spec corev1.PodSpec
+		if err := json.Unmarshal(specJSON, &spec); err != nil {
+			return
+		}
+		h1, err := Compute(&spec)
+		if err != nil {
+			return // a spec JSON cannot encode (NaN quantities) is not a pod
+		}
+		if len(h1) != Length || strings.Trim(h1, "0123456789abcdef") != "" {
+			t.Fatalf("hash %q is not %d lowercase hex characters", h1, Length)
+		}
+		h2, _ := Compute(&spec)
+		if h1 != h2 {
+			t.Fatalf("hash changed between calls: %s, %s", h1, h2)
+		}
+		other := spec.DeepCopy()
+		other.Volumes = append(other.Volumes, corev1.Volume{Name: "scratch"})
+		for i := range other.Containers {
+			c := &other.Containers[i]
+			c.Name, c.Image, c.Command = c.Name+"-x", image, []string{env}
+			c.Env = append(c.Env, corev1.EnvVar{Name: "RANK", Value: env})
+		}
+		if h3, err := Compute(other); err != nil || h3 != h1 {
+			t.Fatalf("hash %s changed to %s (err %v) with names, images, env, commands and volumes only", h1, h3, err)
+		}
+	})
 }

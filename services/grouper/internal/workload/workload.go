@@ -2,14 +2,17 @@
 // grouper submits to the admitter: which workload a pod belongs to, its
 // deterministic name, and its pod sets.
 //
-// Today it knows single pods (one pod, one workload); group assembly adds
-// its own case to KeyFor and a builder next to ForSinglePod.
+// It knows single pods (one pod, one workload) and pod groups created
+// beforehand (KEP-976 Story 2: one workload per group, one pod set per
+// role hash); which pods of a group make its workload is decided by the
+// group package.
 package workload
 
 import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -113,17 +116,81 @@ func ForSinglePod(pod *corev1.Pod) (*sluicev1.Workload, error) {
 	}, nil
 }
 
+// ForGroup builds the workload of pod group name from its pods (the
+// active ones the group package keeps, first in line first): one pod set
+// per role hash, named by the hash, counting the pods of that role and
+// shaped like the first of them, sorted by name. Every pod owns the
+// workload (none as controller), so it goes when all of them are gone; the
+// queue, priority and trace come from the first pod (the group package
+// refuses groups whose pods disagree on the queue).
+func ForGroup(namespace, name string, pods []*corev1.Pod) (*sluicev1.Workload, error) {
+	if len(pods) == 0 {
+		return nil, fmt.Errorf("group %s/%s: no pods", namespace, name)
+	}
+	first := pods[0]
+	queue := first.Labels[podkeys.QueueNameLabel]
+	if queue == "" {
+		return nil, fmt.Errorf("group %s/%s: pod %s: label %s is empty: a queued pod must name its LocalQueue",
+			namespace, name, first.Name, podkeys.QueueNameLabel)
+	}
+	byRole := map[string]*sluicev1.PodSet{}
+	var sets []*sluicev1.PodSet
+	owners := make([]*sluicev1.OwnerReference, 0, len(pods))
+	for _, pod := range pods {
+		if pod.UID == "" {
+			return nil, fmt.Errorf("pod %s/%s: metadata.uid is empty: the workload's owners need it", pod.Namespace, pod.Name)
+		}
+		owners = append(owners, &sluicev1.OwnerReference{Name: pod.Name, Uid: string(pod.UID)})
+		hash, err := RoleHash(pod)
+		if err != nil {
+			return nil, err
+		}
+		if set := byRole[hash]; set != nil {
+			set.Count++
+			continue
+		}
+		set, err := podSetFor(hash, 1, pod)
+		if err != nil {
+			return nil, err
+		}
+		byRole[hash] = set
+		sets = append(sets, set)
+	}
+	slices.SortFunc(sets, func(a, b *sluicev1.PodSet) int { return strings.Compare(a.GetName(), b.GetName()) })
+	var priority int32
+	if first.Spec.Priority != nil {
+		priority = *first.Spec.Priority
+	}
+	return &sluicev1.Workload{
+		Ref:               &sluicev1.WorkloadRef{Namespace: namespace, Name: name},
+		QueueName:         queue,
+		Priority:          priority,
+		PriorityClassName: first.Spec.PriorityClassName,
+		PodSets:           sets,
+		Owners:            owners,
+		Traceparent:       first.Annotations[podkeys.TraceparentAnnotation],
+	}, nil
+}
+
+// RoleHash returns the pod's role hash: the webhook's annotation, or, for
+// a pod the webhook missed (created while it was being installed), the
+// hash computed the same way.
+func RoleHash(pod *corev1.Pod) (string, error) {
+	if hash := pod.Annotations[podkeys.RoleHashAnnotation]; hash != "" {
+		return hash, nil
+	}
+	hash, err := rolehash.Compute(&pod.Spec)
+	if err != nil {
+		return "", fmt.Errorf("pod %s/%s: role hash: %w", pod.Namespace, pod.Name, err)
+	}
+	return hash, nil
+}
+
 // podSetFor builds a pod set of count pods shaped like pod.
 func podSetFor(name string, count int32, pod *corev1.Pod) (*sluicev1.PodSet, error) {
-	hash := pod.Annotations[podkeys.RoleHashAnnotation]
-	if hash == "" {
-		// The webhook stamps every pod; compute it for pods it missed
-		// (created while it was being installed) rather than refuse them.
-		var err error
-		hash, err = rolehash.Compute(&pod.Spec)
-		if err != nil {
-			return nil, fmt.Errorf("pod %s/%s: role hash: %w", pod.Namespace, pod.Name, err)
-		}
+	hash, err := RoleHash(pod)
+	if err != nil {
+		return nil, err
 	}
 	return &sluicev1.PodSet{
 		Name:         name,

@@ -4,13 +4,14 @@
 package validate
 
 import (
-	"strconv"
+	"errors"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/sluice-dev/sluice/pkg/podgroup"
 	"github.com/sluice-dev/sluice/pkg/podkeys"
 )
 
@@ -132,11 +133,11 @@ func subdomain(path *field.Path, value string) field.ErrorList {
 }
 
 func count(path *field.Path, value string) field.ErrorList {
-	n, err := strconv.ParseInt(value, 10, 32)
-	if err != nil {
+	_, err := podgroup.ParseTotalCount(value)
+	switch {
+	case errors.Is(err, podgroup.ErrCountNotInteger):
 		return field.ErrorList{field.Invalid(path, value, DetailCountNotInteger)}
-	}
-	if n < 1 {
+	case err != nil:
 		return field.ErrorList{field.Invalid(path, value, DetailCountTooSmall)}
 	}
 	return nil

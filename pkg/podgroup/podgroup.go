@@ -1,0 +1,51 @@
+// Package podgroup reads the keys that make pods one KEP-976 pod group:
+// the group name label, the total-count annotation and the
+// retriable-in-group annotation. The webhook refuses pods whose keys do not
+// parse; the grouper assembles groups from the pods whose keys do, with the
+// same rules.
+package podgroup
+
+import (
+	"errors"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/sluice-dev/sluice/pkg/podkeys"
+)
+
+// Errors of ParseTotalCount.
+var (
+	ErrCountNotInteger = errors.New("must be a decimal integer")
+	ErrCountTooSmall   = errors.New("group total count should be greater than zero")
+)
+
+// ParseTotalCount reads a total-count annotation: a decimal integer of at
+// least 1 that fits in 32 bits.
+func ParseTotalCount(s string) (int32, error) {
+	n, err := strconv.ParseInt(s, 10, 32)
+	if err != nil {
+		return 0, ErrCountNotInteger
+	}
+	if n < 1 {
+		return 0, ErrCountTooSmall
+	}
+	return int32(n), nil
+}
+
+// Name returns the group pod belongs to; ok is false for a single pod.
+func Name(pod *corev1.Pod) (string, bool) {
+	name := pod.Labels[podkeys.PodGroupNameLabel]
+	return name, name != ""
+}
+
+// TotalCount returns the number of pods pod's group waits for.
+func TotalCount(pod *corev1.Pod) (int32, error) {
+	return ParseTotalCount(pod.Annotations[podkeys.PodGroupTotalCountAnnotation])
+}
+
+// Retriable reports whether a failure of pod may be retried with a
+// replacement: unless its retriable-in-group annotation is "false".
+func Retriable(pod *corev1.Pod) bool {
+	return pod.Annotations[podkeys.RetriableInGroupAnnotation] != "false"
+}

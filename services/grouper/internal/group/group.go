@@ -1,0 +1,302 @@
+// Package group decides what a KEP-976 pod group created beforehand needs,
+// from its pods alone: whether they agree on their queue and size, which
+// pods make the workload and which are excess, when the workload can be
+// submitted, which failed pods their replacements free, whether pods are
+// missing, and whether the group finished — and how. It does no I/O; the
+// grouper's controller acts on what it says.
+package group
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	sluicev1 "github.com/sluice-dev/sluice/gen/sluice/v1"
+	"github.com/sluice-dev/sluice/pkg/podgroup"
+	"github.com/sluice-dev/sluice/pkg/podkeys"
+	"github.com/sluice-dev/sluice/services/grouper/internal/podpatch"
+	"github.com/sluice-dev/sluice/services/grouper/internal/workload"
+)
+
+// MaxRoles is the most roles (distinct role hashes) a group may have: the
+// Workload API's limit of pod sets.
+const MaxRoles = 18
+
+// Active reports whether pod counts toward its group: it has not failed,
+// and it is not being deleted before it reached a node (such a pod never
+// runs).
+func Active(pod *corev1.Pod) bool {
+	if pod.Status.Phase == corev1.PodFailed {
+		return false
+	}
+	return pod.DeletionTimestamp == nil || pod.Spec.NodeName != ""
+}
+
+// MismatchError says that a group's pods disagree on a key that must be
+// the same for all of them.
+type MismatchError struct {
+	Group string
+	// Key is the label or annotation they disagree on.
+	Key string
+	// Pods lists, per value, the pods carrying it.
+	Pods map[string][]string
+}
+
+func (e *MismatchError) Error() string {
+	var parts []string
+	for _, v := range slices.Sorted(maps.Keys(e.Pods)) {
+		parts = append(parts, fmt.Sprintf("%q (%s)", v, strings.Join(e.Pods[v], ", ")))
+	}
+	return fmt.Sprintf("the pods of group %s disagree on %s: %s; every pod of a group must carry the same value",
+		e.Group, e.Key, strings.Join(parts, ", "))
+}
+
+// TooManyRolesError says that a group has more roles than a workload can
+// have pod sets.
+type TooManyRolesError struct {
+	Group string
+	Roles int
+}
+
+func (e *TooManyRolesError) Error() string {
+	return fmt.Sprintf("group %s has %d roles (distinct role hashes), more than the %d pod sets a workload can have; "+
+		"pods of one role must differ only in what the role hash leaves out (names, images, env, commands, volumes)",
+		e.Group, e.Roles, MaxRoles)
+}
+
+// Assembly is what a group's pods say before admission.
+type Assembly struct {
+	// Queue and TotalCount are what every pod says.
+	Queue      string
+	TotalCount int32
+	// Members are the active pods that make the workload, first in line
+	// first; at most TotalCount.
+	Members []*corev1.Pod
+	// Excess are the active pods beyond TotalCount, to delete: the
+	// youngest, gated ones first.
+	Excess []*corev1.Pod
+	// Missing is how many active pods the group still waits for.
+	Missing int32
+	// Workload is the workload to submit; nil while pods are missing.
+	Workload *sluicev1.Workload
+}
+
+// Assemble reads the pods of group name (every pod carrying its name, in
+// any order). A group whose pods disagree on the queue or the total count
+// has no workload (MismatchError), nor has one with too many roles
+// (TooManyRolesError).
+func Assemble(namespace, name string, pods []*corev1.Pod) (*Assembly, error) {
+	if len(pods) == 0 {
+		return nil, fmt.Errorf("group %s/%s: no pods", namespace, name)
+	}
+	group := namespace + "/" + name
+	queue, err := same(group, podkeys.QueueNameLabel, pods, func(p *corev1.Pod) string { return p.Labels[podkeys.QueueNameLabel] })
+	if err != nil {
+		return nil, err
+	}
+	countText, err := same(group, podkeys.PodGroupTotalCountAnnotation, pods, func(p *corev1.Pod) string {
+		return p.Annotations[podkeys.PodGroupTotalCountAnnotation]
+	})
+	if err != nil {
+		return nil, err
+	}
+	total, err := podgroup.ParseTotalCount(countText)
+	if err != nil {
+		return nil, fmt.Errorf("group %s: annotation %s %q: %w", group, podkeys.PodGroupTotalCountAnnotation, countText, err)
+	}
+	active := Ordered(slices.DeleteFunc(slices.Clone(pods), func(p *corev1.Pod) bool { return !Active(p) }))
+	a := &Assembly{Queue: queue, TotalCount: total, Members: active}
+	if n := int32(len(active)); n > total {
+		a.Members, a.Excess = active[:total], active[total:]
+		slices.Reverse(a.Excess) // youngest first
+	} else {
+		a.Missing = total - n
+	}
+	if roles := countRoles(a.Members); roles > MaxRoles {
+		return a, &TooManyRolesError{Group: group, Roles: roles}
+	}
+	if a.Missing == 0 {
+		if a.Workload, err = workload.ForGroup(namespace, name, a.Members); err != nil {
+			return a, err
+		}
+	}
+	return a, nil
+}
+
+// same returns the value every pod has for key, or a MismatchError.
+func same(group, key string, pods []*corev1.Pod, value func(*corev1.Pod) string) (string, error) {
+	byValue := map[string][]string{}
+	for _, p := range pods {
+		v := value(p)
+		byValue[v] = append(byValue[v], p.Name)
+	}
+	if len(byValue) == 1 {
+		for v := range byValue {
+			return v, nil
+		}
+	}
+	for _, names := range byValue {
+		slices.Sort(names)
+	}
+	return "", &MismatchError{Group: group, Key: key, Pods: byValue}
+}
+
+func countRoles(pods []*corev1.Pod) int {
+	roles := map[string]bool{}
+	for _, p := range pods {
+		hash, _ := workload.RoleHash(p)
+		roles[hash] = true
+	}
+	return len(roles)
+}
+
+// Ordered sorts pods in the order a group keeps them: those holding
+// sluice's finalizer first, then the ungated ones, then the older ones
+// (by name when created at once), so excess pods are cut from the end.
+func Ordered(pods []*corev1.Pod) []*corev1.Pod {
+	slices.SortStableFunc(pods, func(a, b *corev1.Pod) int {
+		if c := compareBool(podpatch.HasFinalizer(a), podpatch.HasFinalizer(b)); c != 0 {
+			return c
+		}
+		if c := compareBool(!podpatch.HasGate(a), !podpatch.HasGate(b)); c != 0 {
+			return c
+		}
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Name, b.Name)
+	})
+	return pods
+}
+
+// compareBool orders true before false.
+func compareBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return -1
+	default:
+		return 1
+	}
+}
+
+// State is what an admitted group's pods say, role by role.
+type State struct {
+	// Excess are active pods beyond their role's count, to delete: the
+	// youngest first.
+	Excess []*corev1.Pod
+	// Replaced are failed pods a newer pod of their role took the place
+	// of: their finalizer may go. The pod that failed first is replaced
+	// first.
+	Replaced []*corev1.Pod
+	// Missing counts, per role, the pods the group waits for (failed and
+	// not replaced yet).
+	Missing map[string]int32
+	// Succeeded counts, per role, the pods that succeeded: their quota can
+	// be released at once.
+	Succeeded map[string]int32
+	// Finished is set once the group ended; Success says how, Message why.
+	Finished bool
+	Success  bool
+	Message  string
+}
+
+// Observe reads an admitted group: its pod sets (role hash → count) and
+// all its pods.
+func Observe(podSets map[string]int32, pods []*corev1.Pod) (*State, error) {
+	st := &State{Missing: map[string]int32{}, Succeeded: map[string]int32{}}
+	type role struct{ active, failed []*corev1.Pod }
+	roles := map[string]*role{}
+	var running, succeeded int32
+	nonRetriable := ""
+	for _, p := range pods {
+		hash, err := workload.RoleHash(p)
+		if err != nil {
+			return nil, err
+		}
+		r := roles[hash]
+		if r == nil {
+			r = &role{}
+			roles[hash] = r
+		}
+		switch {
+		case Active(p):
+			r.active = append(r.active, p)
+			if p.Status.Phase == corev1.PodSucceeded {
+				succeeded++
+				st.Succeeded[hash]++
+			} else {
+				running++
+			}
+		case podpatch.HasFinalizer(p):
+			r.failed = append(r.failed, p)
+		}
+		if !podgroup.Retriable(p) && p.Status.Phase == corev1.PodFailed && nonRetriable == "" {
+			nonRetriable = p.Name
+		}
+	}
+	var total int32
+	for hash, count := range podSets {
+		total += count
+		r := roles[hash]
+		if r == nil {
+			st.Missing[hash] = count
+			continue
+		}
+		active := Ordered(r.active)
+		if n := int32(len(active)); n > count {
+			excess := slices.Clone(active[count:])
+			slices.Reverse(excess)
+			st.Excess = append(st.Excess, excess...)
+			active = active[:count]
+		}
+		// Each failed pod holds a place until a newer pod takes it.
+		slices.SortStableFunc(r.failed, func(a, b *corev1.Pod) int { return FailedAt(a).Compare(FailedAt(b)) })
+		free := int32(len(active)) + int32(len(r.failed)) - count
+		for i := int32(0); i < free && i < int32(len(r.failed)); i++ {
+			st.Replaced = append(st.Replaced, r.failed[i])
+		}
+		if missing := count - int32(len(active)); missing > 0 {
+			st.Missing[hash] = missing
+		}
+	}
+	for hash := range roles {
+		if _, ok := podSets[hash]; !ok {
+			// A role the workload does not have: every pod of it is
+			// excess (it would have no pod set to be admitted in).
+			r := roles[hash]
+			st.Excess = append(st.Excess, r.active...)
+		}
+	}
+	switch {
+	case succeeded >= total && total > 0:
+		st.Finished, st.Success, st.Message = true, true, fmt.Sprintf("all %d pods succeeded", total)
+	case nonRetriable != "" && running == 0:
+		st.Finished, st.Message = true, fmt.Sprintf("pod %s failed and is not retriable in its group (%s: \"false\")",
+			nonRetriable, podkeys.RetriableInGroupAnnotation)
+	}
+	if st.Finished {
+		st.Missing = map[string]int32{}
+	}
+	return st, nil
+}
+
+// FailedAt is when pod ended: the latest finish of its containers, else
+// its creation.
+func FailedAt(pod *corev1.Pod) time.Time {
+	at := pod.CreationTimestamp.Time
+	for _, statuses := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+		for _, cs := range statuses {
+			if t := cs.State.Terminated; t != nil && t.FinishedAt.After(at) {
+				at = t.FinishedAt.Time
+			}
+		}
+	}
+	return at
+}

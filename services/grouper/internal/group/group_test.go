@@ -1,0 +1,291 @@
+package group
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	sluicev1 "github.com/sluice-dev/sluice/gen/sluice/v1"
+	"github.com/sluice-dev/sluice/pkg/podkeys"
+)
+
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// pod is a gated member of group "g" with sluice's finalizer, created age
+// seconds after epoch, of role hash role.
+func pod(name, role string, age int, mutate ...func(*corev1.Pod)) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: "ns", Name: name, UID: types.UID("uid-" + name),
+			CreationTimestamp: metav1.NewTime(epoch.Add(time.Duration(age) * time.Second)),
+			Labels:            map[string]string{podkeys.QueueNameLabel: "lq", podkeys.PodGroupNameLabel: "g"},
+			Annotations:       map[string]string{podkeys.PodGroupTotalCountAnnotation: "3", podkeys.RoleHashAnnotation: role},
+			Finalizers:        []string{podkeys.ManagedFinalizer},
+		},
+		Spec: corev1.PodSpec{
+			SchedulingGates: []corev1.PodSchedulingGate{{Name: podkeys.AdmissionGate}},
+			Containers:      []corev1.Container{{Name: "main"}},
+		},
+	}
+	for _, m := range mutate {
+		m(p)
+	}
+	return p
+}
+
+func failed(at int) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		p.Status.Phase = corev1.PodFailed
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+			FinishedAt: metav1.NewTime(epoch.Add(time.Duration(at) * time.Second)),
+		}}}}
+	}
+}
+
+func succeeded(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }
+func running(p *corev1.Pod) {
+	p.Spec.SchedulingGates = nil
+	p.Spec.NodeName = "node"
+	p.Status.Phase = corev1.PodRunning
+}
+func queue(q string) func(*corev1.Pod) {
+	return func(p *corev1.Pod) { p.Labels[podkeys.QueueNameLabel] = q }
+}
+func total(n string) func(*corev1.Pod) {
+	return func(p *corev1.Pod) { p.Annotations[podkeys.PodGroupTotalCountAnnotation] = n }
+}
+func notRetriable(p *corev1.Pod) { p.Annotations[podkeys.RetriableInGroupAnnotation] = "false" }
+
+func names(pods []*corev1.Pod) []string {
+	out := []string{}
+	for _, p := range pods {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
+func TestAssemble(t *testing.T) {
+	tests := []struct {
+		name       string
+		pods       []*corev1.Pod
+		members    []string
+		excess     []string
+		missing    int32
+		podSets    map[string]int32
+		errContain []string
+	}{
+		{
+			name:    "complete: one pod set per role",
+			pods:    []*corev1.Pod{pod("worker-1", "bbbb", 2), pod("master", "aaaa", 0), pod("worker-0", "bbbb", 1)},
+			members: []string{"master", "worker-0", "worker-1"},
+			podSets: map[string]int32{"aaaa": 1, "bbbb": 2},
+		},
+		{
+			name:    "fewer pods than total: no workload yet",
+			pods:    []*corev1.Pod{pod("a", "r", 0), pod("b", "r", 1)},
+			members: []string{"a", "b"},
+			missing: 1,
+		},
+		{
+			name:    "failed pods do not count",
+			pods:    []*corev1.Pod{pod("a", "r", 0), pod("b", "r", 1, failed(5)), pod("c", "r", 2)},
+			members: []string{"a", "c"},
+			missing: 1,
+		},
+		{
+			name:    "excess: the youngest go first",
+			pods:    []*corev1.Pod{pod("d", "r", 3), pod("a", "r", 0), pod("e", "r", 4), pod("b", "r", 1), pod("c", "r", 2)},
+			members: []string{"a", "b", "c"},
+			excess:  []string{"e", "d"},
+			podSets: map[string]int32{"r": 3},
+		},
+		{
+			name: "excess: ungated pods are kept before gated ones",
+			pods: []*corev1.Pod{pod("old-gated", "r", 0), pod("a", "r", 1), pod("b", "r", 2),
+				pod("young-running", "r", 9, running)},
+			members: []string{"young-running", "old-gated", "a"},
+			excess:  []string{"b"},
+			podSets: map[string]int32{"r": 3},
+		},
+		{
+			name:       "queues disagree",
+			pods:       []*corev1.Pod{pod("a", "r", 0), pod("b", "r", 1, queue("other")), pod("c", "r", 2)},
+			errContain: []string{podkeys.QueueNameLabel, `"lq" (a, c)`, `"other" (b)`},
+		},
+		{
+			name:       "total counts disagree",
+			pods:       []*corev1.Pod{pod("a", "r", 0, total("2")), pod("b", "r", 1)},
+			errContain: []string{podkeys.PodGroupTotalCountAnnotation, `"2" (a)`, `"3" (b)`},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, err := Assemble("ns", "g", tt.pods)
+			if len(tt.errContain) > 0 {
+				var mismatch *MismatchError
+				if !errors.As(err, &mismatch) {
+					t.Fatalf("err = %v, want a MismatchError", err)
+				}
+				for _, s := range tt.errContain {
+					if !strings.Contains(err.Error(), s) {
+						t.Fatalf("error %q does not say %q", err, s)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := names(a.Members); !slices.Equal(got, tt.members) {
+				t.Fatalf("members %v, want %v", got, tt.members)
+			}
+			if got := names(a.Excess); !slices.Equal(got, append([]string{}, tt.excess...)) {
+				t.Fatalf("excess %v, want %v", got, tt.excess)
+			}
+			if a.Missing != tt.missing || (a.Workload == nil) != (tt.podSets == nil) {
+				t.Fatalf("missing %d, workload %v; want missing %d", a.Missing, a.Workload, tt.missing)
+			}
+			if tt.podSets == nil {
+				return
+			}
+			got := map[string]int32{}
+			for _, ps := range a.Workload.GetPodSets() {
+				got[ps.GetName()] = ps.GetCount()
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tt.podSets) || a.Workload.GetRef().GetName() != "g" || a.Workload.GetQueueName() != "lq" {
+				t.Fatalf("workload %v, want pod sets %v in queue lq", a.Workload, tt.podSets)
+			}
+			if len(a.Workload.GetOwners()) != len(a.Members) || slices.ContainsFunc(a.Workload.GetOwners(), (*sluicev1.OwnerReference).GetController) {
+				t.Fatalf("owners %v, want every member, none as controller", a.Workload.GetOwners())
+			}
+		})
+	}
+}
+
+func TestAssembleRefusesTooManyRoles(t *testing.T) {
+	var pods []*corev1.Pod
+	for i := range MaxRoles + 1 {
+		pods = append(pods, pod(fmt.Sprintf("p%02d", i), fmt.Sprintf("role%02d", i), i, total(fmt.Sprint(MaxRoles+1))))
+	}
+	_, err := Assemble("ns", "g", pods)
+	var tooMany *TooManyRolesError
+	if !errors.As(err, &tooMany) || tooMany.Roles != MaxRoles+1 || !strings.Contains(err.Error(), fmt.Sprint(MaxRoles)) {
+		t.Fatalf("err = %v, want TooManyRolesError naming %d roles and the limit %d", err, MaxRoles+1, MaxRoles)
+	}
+}
+
+func TestObserveAdmittedGroup(t *testing.T) {
+	sets := map[string]int32{"m": 1, "w": 2}
+	tests := []struct {
+		name      string
+		pods      []*corev1.Pod
+		excess    []string
+		replaced  []string
+		missing   map[string]int32
+		succeeded map[string]int32
+		finished  bool
+		success   bool
+		message   string
+	}{
+		{
+			name:    "running whole",
+			pods:    []*corev1.Pod{pod("m", "m", 0, running), pod("w0", "w", 1, running), pod("w1", "w", 2, running)},
+			missing: map[string]int32{},
+		},
+		{
+			name: "a failed worker waits for its replacement",
+			pods: []*corev1.Pod{pod("m", "m", 0, running), pod("w0", "w", 1, running, failed(10)),
+				pod("w1", "w", 2, running)},
+			missing: map[string]int32{"w": 1},
+		},
+		{
+			name: "the replacement frees the pod that failed first",
+			pods: []*corev1.Pod{pod("m", "m", 0, running), pod("w0", "w", 1, running, failed(20)),
+				pod("w1", "w", 2, running, failed(10)), pod("w2", "w", 30), pod("w3", "w", 31, running)},
+			replaced: []string{"w1", "w0"},
+			missing:  map[string]int32{},
+		},
+		{
+			name: "one replacement for two failures frees only the first",
+			pods: []*corev1.Pod{pod("m", "m", 0, running), pod("w0", "w", 1, running, failed(20)),
+				pod("w1", "w", 2, running, failed(10)), pod("w2", "w", 30)},
+			replaced: []string{"w1"},
+			missing:  map[string]int32{"w": 1},
+		},
+		{
+			name: "excess per role after admission",
+			pods: []*corev1.Pod{pod("m", "m", 0, running), pod("m2", "m", 5), pod("w0", "w", 1, running),
+				pod("w1", "w", 2, running)},
+			excess:  []string{"m2"},
+			missing: map[string]int32{},
+		},
+		{
+			name:    "a pod of a role the workload does not have is excess",
+			pods:    []*corev1.Pod{pod("m", "m", 0, running), pod("w0", "w", 1, running), pod("w1", "w", 2, running), pod("x", "other", 3)},
+			excess:  []string{"x"},
+			missing: map[string]int32{},
+		},
+		{
+			name: "succeeded pods are reclaimable",
+			pods: []*corev1.Pod{pod("m", "m", 0, running), pod("w0", "w", 1, running, succeeded),
+				pod("w1", "w", 2, running)},
+			succeeded: map[string]int32{"w": 1},
+			missing:   map[string]int32{},
+		},
+		{
+			name: "all succeeded: finished, a success",
+			pods: []*corev1.Pod{pod("m", "m", 0, succeeded), pod("w0", "w", 1, succeeded),
+				pod("w1", "w", 2, succeeded)},
+			succeeded: map[string]int32{"m": 1, "w": 2},
+			missing:   map[string]int32{},
+			finished:  true, success: true, message: "all 3 pods succeeded",
+		},
+		{
+			name: "not retriable, nothing running: finished, a failure",
+			pods: []*corev1.Pod{pod("m", "m", 0, succeeded), pod("w0", "w", 1, failed(10), notRetriable),
+				pod("w1", "w", 2, succeeded)},
+			succeeded: map[string]int32{"m": 1, "w": 1},
+			missing:   map[string]int32{},
+			finished:  true, message: "pod w0 failed and is not retriable",
+		},
+		{
+			name: "not retriable while others run: not finished yet",
+			pods: []*corev1.Pod{pod("m", "m", 0, running), pod("w0", "w", 1, failed(10), notRetriable),
+				pod("w1", "w", 2, running)},
+			missing: map[string]int32{"w": 1},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st, err := Observe(sets, tt.pods)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := names(st.Excess); !slices.Equal(got, append([]string{}, tt.excess...)) {
+				t.Fatalf("excess %v, want %v", got, tt.excess)
+			}
+			if got := names(st.Replaced); !slices.Equal(got, append([]string{}, tt.replaced...)) {
+				t.Fatalf("replaced %v, want %v", got, tt.replaced)
+			}
+			if fmt.Sprint(st.Missing) != fmt.Sprint(tt.missing) {
+				t.Fatalf("missing %v, want %v", st.Missing, tt.missing)
+			}
+			if tt.succeeded == nil {
+				tt.succeeded = map[string]int32{}
+			}
+			if fmt.Sprint(st.Succeeded) != fmt.Sprint(tt.succeeded) {
+				t.Fatalf("succeeded %v, want %v", st.Succeeded, tt.succeeded)
+			}
+			if st.Finished != tt.finished || st.Success != tt.success || !strings.Contains(st.Message, tt.message) {
+				t.Fatalf("finished %v success %v %q; want %v %v %q", st.Finished, st.Success, st.Message, tt.finished, tt.success, tt.message)
+			}
+		})
+	}
+}
