@@ -775,6 +775,10 @@ type Decision struct {
 	// reservation_id of the quota reservation decided on (ACTION_ADMIT and
 	// ACTION_EVICT); the grouper echoes it in Stopped.
 	ReservationId string `protobuf:"bytes,6,opt,name=reservation_id,json=reservationId,proto3" json:"reservation_id,omitempty"`
+	// pod_set_counts is how many pods each pod set of the workload admits
+	// (ACTION_ADMIT), so the grouper can tell a group's excess and missing
+	// pods without reading the Workload.
+	PodSetCounts  map[string]int32 `protobuf:"bytes,7,rep,name=pod_set_counts,json=podSetCounts,proto3" json:"pod_set_counts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -851,6 +855,13 @@ func (x *Decision) GetReservationId() string {
 	return ""
 }
 
+func (x *Decision) GetPodSetCounts() map[string]int32 {
+	if x != nil {
+		return x.PodSetCounts
+	}
+	return nil
+}
+
 var File_sluice_admitter_v1_admitter_proto protoreflect.FileDescriptor
 
 const file_sluice_admitter_v1_admitter_proto_rawDesc = "" +
@@ -897,14 +908,18 @@ const file_sluice_admitter_v1_admitter_proto_rawDesc = "" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rKIND_SNAPSHOT\x10\x01\x12\x15\n" +
 	"\x11KIND_SNAPSHOT_END\x10\x02\x12\x0f\n" +
-	"\vKIND_CHANGE\x10\x03\"\x88\x03\n" +
+	"\vKIND_CHANGE\x10\x03\"\x9f\x04\n" +
 	"\bDecision\x122\n" +
 	"\bworkload\x18\x01 \x01(\v2\x16.sluice.v1.WorkloadRefR\bworkload\x12;\n" +
 	"\x06action\x18\x02 \x01(\x0e2#.sluice.admitter.v1.Decision.ActionR\x06action\x12#\n" +
 	"\rcluster_queue\x18\x03 \x01(\tR\fclusterQueue\x129\n" +
 	"\rpod_set_infos\x18\x04 \x03(\v2\x15.sluice.v1.PodSetInfoR\vpodSetInfos\x12\x18\n" +
 	"\amessage\x18\x05 \x01(\tR\amessage\x12%\n" +
-	"\x0ereservation_id\x18\x06 \x01(\tR\rreservationId\"j\n" +
+	"\x0ereservation_id\x18\x06 \x01(\tR\rreservationId\x12T\n" +
+	"\x0epod_set_counts\x18\a \x03(\v2..sluice.admitter.v1.Decision.PodSetCountsEntryR\fpodSetCounts\x1a?\n" +
+	"\x11PodSetCountsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"j\n" +
 	"\x06Action\x12\x16\n" +
 	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fACTION_ADMIT\x10\x01\x12\x10\n" +
@@ -930,7 +945,7 @@ func file_sluice_admitter_v1_admitter_proto_rawDescGZIP() []byte {
 }
 
 var file_sluice_admitter_v1_admitter_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sluice_admitter_v1_admitter_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_sluice_admitter_v1_admitter_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_sluice_admitter_v1_admitter_proto_goTypes = []any{
 	(WatchAdmissionsResponse_Kind)(0), // 0: sluice.admitter.v1.WatchAdmissionsResponse.Kind
 	(Decision_Action)(0),              // 1: sluice.admitter.v1.Decision.Action
@@ -947,36 +962,38 @@ var file_sluice_admitter_v1_admitter_proto_goTypes = []any{
 	(*WatchAdmissionsResponse)(nil),   // 12: sluice.admitter.v1.WatchAdmissionsResponse
 	(*Decision)(nil),                  // 13: sluice.admitter.v1.Decision
 	nil,                               // 14: sluice.admitter.v1.ReportProgressRequest.SucceededPodsEntry
-	(*v1.Workload)(nil),               // 15: sluice.v1.Workload
-	(*v1.WorkloadRef)(nil),            // 16: sluice.v1.WorkloadRef
-	(*v1.PodSetInfo)(nil),             // 17: sluice.v1.PodSetInfo
+	nil,                               // 15: sluice.admitter.v1.Decision.PodSetCountsEntry
+	(*v1.Workload)(nil),               // 16: sluice.v1.Workload
+	(*v1.WorkloadRef)(nil),            // 17: sluice.v1.WorkloadRef
+	(*v1.PodSetInfo)(nil),             // 18: sluice.v1.PodSetInfo
 }
 var file_sluice_admitter_v1_admitter_proto_depIdxs = []int32{
-	15, // 0: sluice.admitter.v1.SubmitWorkloadRequest.workload:type_name -> sluice.v1.Workload
-	16, // 1: sluice.admitter.v1.UpdateWorkloadRequest.workload:type_name -> sluice.v1.WorkloadRef
-	16, // 2: sluice.admitter.v1.ReportProgressRequest.workload:type_name -> sluice.v1.WorkloadRef
+	16, // 0: sluice.admitter.v1.SubmitWorkloadRequest.workload:type_name -> sluice.v1.Workload
+	17, // 1: sluice.admitter.v1.UpdateWorkloadRequest.workload:type_name -> sluice.v1.WorkloadRef
+	17, // 2: sluice.admitter.v1.ReportProgressRequest.workload:type_name -> sluice.v1.WorkloadRef
 	14, // 3: sluice.admitter.v1.ReportProgressRequest.succeeded_pods:type_name -> sluice.admitter.v1.ReportProgressRequest.SucceededPodsEntry
 	8,  // 4: sluice.admitter.v1.ReportProgressRequest.finish:type_name -> sluice.admitter.v1.Finish
 	7,  // 5: sluice.admitter.v1.ReportProgressRequest.stopped:type_name -> sluice.admitter.v1.Stopped
 	11, // 6: sluice.admitter.v1.WatchAdmissionsRequest.shard:type_name -> sluice.admitter.v1.Shard
 	0,  // 7: sluice.admitter.v1.WatchAdmissionsResponse.kind:type_name -> sluice.admitter.v1.WatchAdmissionsResponse.Kind
 	13, // 8: sluice.admitter.v1.WatchAdmissionsResponse.decisions:type_name -> sluice.admitter.v1.Decision
-	16, // 9: sluice.admitter.v1.Decision.workload:type_name -> sluice.v1.WorkloadRef
+	17, // 9: sluice.admitter.v1.Decision.workload:type_name -> sluice.v1.WorkloadRef
 	1,  // 10: sluice.admitter.v1.Decision.action:type_name -> sluice.admitter.v1.Decision.Action
-	17, // 11: sluice.admitter.v1.Decision.pod_set_infos:type_name -> sluice.v1.PodSetInfo
-	2,  // 12: sluice.admitter.v1.AdmitterService.SubmitWorkload:input_type -> sluice.admitter.v1.SubmitWorkloadRequest
-	6,  // 13: sluice.admitter.v1.AdmitterService.ReportProgress:input_type -> sluice.admitter.v1.ReportProgressRequest
-	4,  // 14: sluice.admitter.v1.AdmitterService.UpdateWorkload:input_type -> sluice.admitter.v1.UpdateWorkloadRequest
-	10, // 15: sluice.admitter.v1.AdmitterService.WatchAdmissions:input_type -> sluice.admitter.v1.WatchAdmissionsRequest
-	3,  // 16: sluice.admitter.v1.AdmitterService.SubmitWorkload:output_type -> sluice.admitter.v1.SubmitWorkloadResponse
-	9,  // 17: sluice.admitter.v1.AdmitterService.ReportProgress:output_type -> sluice.admitter.v1.ReportProgressResponse
-	5,  // 18: sluice.admitter.v1.AdmitterService.UpdateWorkload:output_type -> sluice.admitter.v1.UpdateWorkloadResponse
-	12, // 19: sluice.admitter.v1.AdmitterService.WatchAdmissions:output_type -> sluice.admitter.v1.WatchAdmissionsResponse
-	16, // [16:20] is the sub-list for method output_type
-	12, // [12:16] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	18, // 11: sluice.admitter.v1.Decision.pod_set_infos:type_name -> sluice.v1.PodSetInfo
+	15, // 12: sluice.admitter.v1.Decision.pod_set_counts:type_name -> sluice.admitter.v1.Decision.PodSetCountsEntry
+	2,  // 13: sluice.admitter.v1.AdmitterService.SubmitWorkload:input_type -> sluice.admitter.v1.SubmitWorkloadRequest
+	6,  // 14: sluice.admitter.v1.AdmitterService.ReportProgress:input_type -> sluice.admitter.v1.ReportProgressRequest
+	4,  // 15: sluice.admitter.v1.AdmitterService.UpdateWorkload:input_type -> sluice.admitter.v1.UpdateWorkloadRequest
+	10, // 16: sluice.admitter.v1.AdmitterService.WatchAdmissions:input_type -> sluice.admitter.v1.WatchAdmissionsRequest
+	3,  // 17: sluice.admitter.v1.AdmitterService.SubmitWorkload:output_type -> sluice.admitter.v1.SubmitWorkloadResponse
+	9,  // 18: sluice.admitter.v1.AdmitterService.ReportProgress:output_type -> sluice.admitter.v1.ReportProgressResponse
+	5,  // 19: sluice.admitter.v1.AdmitterService.UpdateWorkload:output_type -> sluice.admitter.v1.UpdateWorkloadResponse
+	12, // 20: sluice.admitter.v1.AdmitterService.WatchAdmissions:output_type -> sluice.admitter.v1.WatchAdmissionsResponse
+	17, // [17:21] is the sub-list for method output_type
+	13, // [13:17] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_sluice_admitter_v1_admitter_proto_init() }
@@ -990,7 +1007,7 @@ func file_sluice_admitter_v1_admitter_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_admitter_v1_admitter_proto_rawDesc), len(file_sluice_admitter_v1_admitter_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -42,6 +42,10 @@ func decisionFor(wl *v1alpha1.Workload) *admitterv1.Decision {
 		for _, info := range wl.Status.PodSetInfos {
 			d.PodSetInfos = append(d.PodSetInfos, podset.ToProto(info))
 		}
+		d.PodSetCounts = make(map[string]int32, len(wl.Spec.PodSets))
+		for _, ps := range wl.Spec.PodSets {
+			d.PodSetCounts[ps.Name] = ps.Count
+		}
 	default:
 		return nil
 	}

@@ -61,3 +61,19 @@ func TestDecisionFor(t *testing.T) {
 		})
 	}
 }
+
+func TestAdmitDecisionCarriesPodSetCounts(t *testing.T) {
+	wl := &v1alpha1.Workload{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "g", UID: "u"},
+		Spec:       v1alpha1.WorkloadSpec{PodSets: []v1alpha1.PodSet{{Name: "aaaa", Count: 1}, {Name: "bbbb", Count: 4}}},
+		Status: v1alpha1.WorkloadStatus{
+			Admission:   &v1alpha1.Admission{ClusterQueue: "cq", ReservationID: "r"},
+			Conditions:  []metav1.Condition{{Type: v1alpha1.WorkloadAdmitted, Status: metav1.ConditionTrue}},
+			PodSetInfos: []v1alpha1.PodSetInfo{{Name: "aaaa"}, {Name: "bbbb"}},
+		},
+	}
+	got := decisionFor(wl).GetPodSetCounts()
+	if len(got) != 2 || got["aaaa"] != 1 || got["bbbb"] != 4 {
+		t.Fatalf("pod_set_counts = %v, want aaaa=1 bbbb=4", got)
+	}
+}

@@ -114,6 +114,7 @@ type Reconciler struct {
 	opts      Options
 	decisions *decisionStore
 	pods      *podStates
+	groups    *groupStates
 	stops     *stopReports
 	stopQ     workqueue.TypedRateLimitingInterface[workload.Key]
 	wake      chan event.TypedGenericEvent[*corev1.Pod]
@@ -129,6 +130,7 @@ func New(opts Options) *Reconciler {
 		opts:      opts,
 		decisions: newDecisionStore(),
 		pods:      newPodStates(),
+		groups:    newGroupStates(),
 		stops:     newStopReports(),
 		stopQ: workqueue.NewTypedRateLimitingQueue(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[workload.Key](retryMin, retryMax)),
@@ -191,6 +193,7 @@ func (r *Reconciler) Snapshot(decisions []*admitterv1.Decision) {
 	r.decisions.replace(kept, r.now())
 	r.stops.reset()
 	r.pods.resubmitAll()
+	r.groups.resubmitAll()
 	r.opts.Log.V(1).Info("decision snapshot applied", "decisions", len(kept))
 	for _, d := range kept {
 		r.dispatch(d)
@@ -224,6 +227,7 @@ func (r *Reconciler) Changes(decisions []*admitterv1.Decision) {
 		if d.GetAction() == admitterv1.Decision_ACTION_FORGET {
 			r.decisions.forget(keyOf(d))
 			r.stops.forget(keyOf(d))
+			r.groups.forget(keyOf(d))
 			continue
 		}
 		r.decisions.put(d, now)
@@ -280,9 +284,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		return reconcile.Result{}, fmt.Errorf("get pod %s from cache: %w", req.NamespacedName, err)
 	}
-	if workload.IsGroupMember(&pod) {
-		return r.groupMember(ctx, &pod)
-	}
 	key, ok := workload.KeyFor(&pod)
 	if !ok || !r.opts.Shard.Owns(key.Namespace, key.Name) {
 		return reconcile.Result{}, nil
@@ -290,6 +291,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	st := r.pods.load(req.NamespacedName, pod.UID)
 	st.workload = key
 	defer func() { r.pods.store(req.NamespacedName, st) }()
+	if workload.IsGroupMember(&pod) {
+		return r.groupMember(ctx, &pod, key, &st)
+	}
 	entry, hasDecision := r.decisions.get(key)
 	action := entry.decision.GetAction()
 	if hasDecision && stopping(entry.decision) {
@@ -328,7 +332,7 @@ func (r *Reconciler) submit(ctx context.Context, pod *corev1.Pod, st *podState) 
 	if st.submitted && st.queue == pod.Labels[podkeys.QueueNameLabel] {
 		return reconcile.Result{}, nil
 	}
-	wl, err := workloadFor(pod)
+	wl, err := workload.ForSinglePod(pod)
 	if err != nil {
 		if !st.warned {
 			r.warn(pod, ReasonSubmitFailed, actionSubmit, "not queued: %v", err)
@@ -383,33 +387,6 @@ func (r *Reconciler) moveQueue(ctx context.Context, wl *sluicev1.Workload) error
 		return fmt.Errorf("move workload %s to LocalQueue %s: %w", wl.GetRef().GetName(), wl.GetQueueName(), err)
 	}
 	return nil
-}
-
-// workloadFor builds the workload a pod is submitted in. Today that is
-// the pod's own single-pod workload; group assembly adds its case here.
-func workloadFor(pod *corev1.Pod) (*sluicev1.Workload, error) {
-	if workload.IsGroupMember(pod) {
-		return nil, fmt.Errorf("pod %s/%s: pod groups (label %s) are not assembled yet",
-			pod.Namespace, pod.Name, podkeys.PodGroupNameLabel)
-	}
-	return workload.ForSinglePod(pod)
-}
-
-// groupMember handles a pod of a pod group. Groups are not assembled yet,
-// so nothing was submitted for it and there is nothing to report; the
-// finalizer must still not hold a pod that ended or is being deleted
-// without ever running.
-func (r *Reconciler) groupMember(ctx context.Context, pod *corev1.Pod) (reconcile.Result, error) {
-	group := workload.Key{Namespace: pod.Namespace, Name: pod.Labels[podkeys.PodGroupNameLabel]}
-	if !r.opts.Shard.Owns(group.Namespace, group.Name) {
-		return reconcile.Result{}, nil
-	}
-	ended := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
-	neverRan := pod.DeletionTimestamp != nil && (podpatch.HasGate(pod) || pod.Spec.NodeName == "")
-	if !ended && !neverRan {
-		return reconcile.Result{}, nil
-	}
-	return reconcile.Result{}, r.removeFinalizer(ctx, pod)
 }
 
 // ungate applies an admission to a gated pod with one patch.

@@ -47,11 +47,11 @@ type Key struct {
 // hashing and logs.
 func (k Key) String() string { return k.Namespace + "/" + k.Name }
 
-// KeyFor returns the workload pod belongs to. ok is false for pods the
-// grouper does not assemble (yet): members of a pod group.
+// KeyFor returns the workload pod belongs to: its group's, named after
+// the group, or its own single-pod workload.
 func KeyFor(pod *corev1.Pod) (key Key, ok bool) {
 	if IsGroupMember(pod) {
-		return Key{}, false
+		return Key{Namespace: pod.Namespace, Name: pod.Labels[podkeys.PodGroupNameLabel]}, true
 	}
 	return Key{Namespace: pod.Namespace, Name: SinglePodName(pod.Name, string(pod.UID))}, true
 }

@@ -63,8 +63,8 @@ func TestKeyFor(t *testing.T) {
 	if key.String() != "ns/"+SinglePodName("p", "uid-p") {
 		t.Errorf("Key.String() = %q", key.String())
 	}
-	if _, ok := KeyFor(group); ok {
-		t.Errorf("KeyFor(group member) ok, want not handled yet")
+	if key, ok := KeyFor(group); !ok || key != (Key{Namespace: "ns", Name: "grp"}) {
+		t.Errorf("KeyFor(group member) = %v, %v; want the group's workload ns/grp", key, ok)
 	}
 }
 

@@ -1,0 +1,363 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"go.opentelemetry.io/otel/trace"
+	grpccodes "google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
+	sluicev1 "github.com/sluice-dev/sluice/gen/sluice/v1"
+	"github.com/sluice-dev/sluice/pkg/crashpoint"
+	"github.com/sluice-dev/sluice/services/grouper/internal/group"
+	"github.com/sluice-dev/sluice/services/grouper/internal/metrics"
+	"github.com/sluice-dev/sluice/services/grouper/internal/podpatch"
+	"github.com/sluice-dev/sluice/services/grouper/internal/workload"
+)
+
+// Event reasons of pod groups. Each is emitted once per group and reason,
+// on the group's first pod, not once per pod.
+const (
+	ReasonGroupMismatch     = "GroupMismatch"
+	ReasonTooManyRoles      = "TooManyRoles"
+	ReasonExcessPodsDeleted = "ExcessPodsDeleted"
+
+	actionAssemble = "Assemble"
+)
+
+// groupState is what the grouper remembers about one pod group. It lives
+// in memory only: after a restart the group is assembled and submitted
+// again (the admitter answers from what it has) and its finish is reported
+// again (the admitter ignores a second one).
+type groupState struct {
+	// submitted: SubmitWorkload succeeded, in LocalQueue queue.
+	submitted bool
+	queue     string
+	// warned is the last problem told in an event, so it is told once.
+	warned string
+	// finished: the group's end was reported.
+	finished bool
+	// succeeded is the count of succeeded pods per role last reported.
+	succeeded map[string]int32
+}
+
+// groupStates holds groupState by group.
+type groupStates struct {
+	mu sync.Mutex
+	m  map[workload.Key]*groupState
+}
+
+func newGroupStates() *groupStates { return &groupStates{m: map[workload.Key]*groupState{}} }
+
+// update runs f on the group's state under the lock.
+func (s *groupStates) update(k workload.Key, f func(*groupState)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.m[k]
+	if st == nil {
+		st = &groupState{}
+		s.m[k] = st
+	}
+	f(st)
+}
+
+func (s *groupStates) forget(k workload.Key) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m, k)
+}
+
+// resubmitAll makes every group submit again on its next look.
+func (s *groupStates) resubmitAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, st := range s.m {
+		st.submitted, st.finished = false, false
+	}
+}
+
+// groupMember brings one pod of a pod group forward. The group is one
+// workload: it is submitted once its pods are all there, admitted whole,
+// and ended by what all its pods say; one pod's end is not the group's.
+func (r *Reconciler) groupMember(ctx context.Context, pod *corev1.Pod, key workload.Key, st *podState) (reconcile.Result, error) {
+	entry, hasDecision := r.decisions.get(key)
+	d := entry.decision
+	action := d.GetAction()
+	if hasDecision && stopping(d) {
+		defer r.stopQ.Add(key)
+	}
+	ended := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+	neverRan := pod.DeletionTimestamp != nil && (podpatch.HasGate(pod) || pod.Spec.NodeName == "")
+
+	switch {
+	case hasDecision && (action == admitterv1.Decision_ACTION_DELETE || action == admitterv1.Decision_ACTION_EVICT) && (ended || neverRan):
+		// The pods of a stopped group come back as new pods; an ended one
+		// holds nothing.
+		return reconcile.Result{}, r.removeFinalizer(ctx, pod)
+	case hasDecision && action == admitterv1.Decision_ACTION_DELETE:
+		return r.remove(ctx, pod, d, st)
+	case hasDecision && action == admitterv1.Decision_ACTION_EVICT:
+		if pod.DeletionTimestamp != nil {
+			return reconcile.Result{}, nil // it stops; its end frees it
+		}
+		return r.evict(ctx, pod, d, st)
+	case ended || neverRan:
+		return r.groupProgress(ctx, pod, key, entry, hasDecision && action == admitterv1.Decision_ACTION_ADMIT)
+	case pod.DeletionTimestamp != nil || !podpatch.HasGate(pod) || st.ungated:
+		return reconcile.Result{}, nil
+	case hasDecision && action == admitterv1.Decision_ACTION_ADMIT:
+		return r.ungateMember(ctx, pod, key, entry, st)
+	default:
+		return r.submitGroup(ctx, pod, key)
+	}
+}
+
+// groupPods lists the pods of a group from the cache.
+func (r *Reconciler) groupPods(ctx context.Context, key workload.Key) ([]*corev1.Pod, error) {
+	var list corev1.PodList
+	if err := r.opts.Client.List(ctx, &list, client.InNamespace(key.Namespace), client.MatchingFields{WorkloadIndex: key.String()}); err != nil {
+		return nil, fmt.Errorf("list pods of group %s: %w", key, err)
+	}
+	pods := make([]*corev1.Pod, 0, len(list.Items))
+	for i := range list.Items {
+		pods = append(pods, &list.Items[i])
+	}
+	return pods, nil
+}
+
+// submitGroup assembles the group of a gated pod and submits its workload
+// once every pod is there, deleting pods beyond its total count first.
+func (r *Reconciler) submitGroup(ctx context.Context, pod *corev1.Pod, key workload.Key) (reconcile.Result, error) {
+	pods, err := r.groupPods(ctx, key)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	a, err := group.Assemble(key.Namespace, key.Name, pods)
+	if err != nil {
+		r.warnGroup(key, pods, reasonFor(err), err.Error())
+		return reconcile.Result{}, nil
+	}
+	if len(a.Excess) > 0 {
+		return reconcile.Result{}, r.deleteExcess(ctx, key, a)
+	}
+	if a.Workload == nil {
+		return reconcile.Result{}, nil // a new pod of the group wakes it again
+	}
+	done := false
+	r.groups.update(key, func(g *groupState) { done = g.submitted && g.queue == a.Queue })
+	if done {
+		return reconcile.Result{}, nil
+	}
+	wl := a.Workload
+	ctx, span := r.startSpan(ctx, a.Members[0], "grouper.SubmitWorkload", wl.GetRef())
+	defer span.End()
+	cctx, cancel := context.WithTimeout(ctx, r.opts.CallTimeout)
+	defer cancel()
+	resp, err := r.opts.Admitter.SubmitWorkload(cctx, &admitterv1.SubmitWorkloadRequest{Workload: wl})
+	if err != nil {
+		r.opts.Metrics.Submissions.WithLabelValues(metrics.ResultError).Inc()
+		recordError(span, err)
+		if permanent(err) {
+			r.warnGroup(key, pods, ReasonSubmitFailed, fmt.Sprintf("the admitter refused the workload of group %s: %s", key, status.Convert(err).Message()))
+			return reconcile.Result{RequeueAfter: recheckAfter}, nil
+		}
+		return reconcile.Result{}, fmt.Errorf("submit workload of group %s: %w", key, err)
+	}
+	result := metrics.ResultExisting
+	if resp.GetCreated() {
+		result = metrics.ResultCreated
+	}
+	r.opts.Metrics.Submissions.WithLabelValues(result).Inc()
+	crashpoint.Hit("grouper/submit")
+	r.groups.update(key, func(g *groupState) { g.submitted, g.queue = true, a.Queue })
+	r.opts.Log.V(1).Info("group submitted", "group", key.String(), "pods", len(a.Members), "created", resp.GetCreated())
+	return reconcile.Result{}, nil
+}
+
+func reasonFor(err error) string {
+	var tooMany *group.TooManyRolesError
+	if errors.As(err, &tooMany) {
+		return ReasonTooManyRoles
+	}
+	return ReasonGroupMismatch
+}
+
+// deleteExcess deletes the pods a group has beyond its total count, the
+// youngest first, with one event for the group.
+func (r *Reconciler) deleteExcess(ctx context.Context, key workload.Key, a *group.Assembly) error {
+	var names []string
+	for _, p := range a.Excess {
+		uid := p.UID
+		target := &corev1.Pod{}
+		target.Namespace, target.Name = p.Namespace, p.Name
+		if err := r.opts.Client.Delete(ctx, target, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete excess pod %s/%s of group %s: %w", p.Namespace, p.Name, key, err)
+		}
+		names = append(names, p.Name)
+	}
+	r.opts.Recorder.Eventf(a.Members[0], nil, corev1.EventTypeNormal, ReasonExcessPodsDeleted, actionAssemble,
+		"group %s wants %d pods: deleted the youngest %d beyond it: %v", key.Name, a.TotalCount, len(names), names)
+	return nil
+}
+
+// warnGroup tells a group's problem once, on its first pod by name.
+func (r *Reconciler) warnGroup(key workload.Key, pods []*corev1.Pod, reason, msg string) {
+	tell := false
+	r.groups.update(key, func(g *groupState) {
+		tell = g.warned != msg
+		g.warned = msg
+	})
+	if !tell || len(pods) == 0 {
+		return
+	}
+	first := pods[0]
+	for _, p := range pods[1:] {
+		if p.Name < first.Name {
+			first = p
+		}
+	}
+	r.warn(first, reason, actionAssemble, "%s", msg)
+}
+
+// ungateMember applies the group's admission to one of its gated pods,
+// with the info of the pod set of its role.
+func (r *Reconciler) ungateMember(ctx context.Context, pod *corev1.Pod, key workload.Key, entry decisionEntry, st *podState) (reconcile.Result, error) {
+	hash, err := workload.RoleHash(pod)
+	if err == nil {
+		var info *sluicev1.PodSetInfo
+		if info, err = podSetInfoFor(entry.decision, hash); err == nil {
+			var patch []byte
+			if patch, err = podpatch.Ungate(pod, info, key.Name); err == nil {
+				return r.sendUngate(ctx, pod, key, entry, st, patch)
+			}
+		}
+	}
+	r.opts.Metrics.UngateErrors.Inc()
+	r.warn(pod, ReasonAdmissionInvalid, actionUngate, "admission of group %s cannot be applied to this pod: %v", key.Name, err)
+	return reconcile.Result{RequeueAfter: recheckAfter}, nil
+}
+
+// groupProgress accounts for a pod of the group that ended (or will never
+// run). Under an admission the group is observed whole: its end is
+// reported once, and a pod's finalizer goes when the group ended, when a
+// newer pod of its role replaced it (failed pods hold their place until
+// then), or, for a succeeded pod being deleted, once its success is
+// recorded as reclaimable. Without an admission an ended pod holds nothing.
+func (r *Reconciler) groupProgress(ctx context.Context, pod *corev1.Pod, key workload.Key, entry decisionEntry, admitted bool) (reconcile.Result, error) {
+	if !podpatch.HasFinalizer(pod) {
+		return reconcile.Result{}, nil
+	}
+	if !admitted {
+		return reconcile.Result{}, r.removeFinalizer(ctx, pod)
+	}
+	pods, err := r.groupPods(ctx, key)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	state, err := group.Observe(entry.decision.GetPodSetCounts(), pods)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	ref := &sluicev1.WorkloadRef{Namespace: key.Namespace, Name: key.Name, Uid: entry.decision.GetWorkload().GetUid()}
+	if state.Finished {
+		first, err := r.reportGroupFinish(ctx, pod, key, ref, state)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if first {
+			// Every pod of the group may go now, not only this one.
+			for _, p := range pods {
+				if p.UID != pod.UID && podpatch.HasFinalizer(p) {
+					r.wake <- event.TypedGenericEvent[*corev1.Pod]{Object: p}
+				}
+			}
+		}
+		return reconcile.Result{}, r.removeFinalizer(ctx, pod)
+	}
+	if err := r.reportSucceeded(ctx, key, ref, state.Succeeded); err != nil {
+		return reconcile.Result{}, err
+	}
+	for _, p := range state.Replaced {
+		if p.UID == pod.UID {
+			return reconcile.Result{}, r.removeFinalizer(ctx, pod)
+		}
+	}
+	if pod.Status.Phase == corev1.PodSucceeded && pod.DeletionTimestamp != nil {
+		return reconcile.Result{}, r.removeFinalizer(ctx, pod)
+	}
+	return reconcile.Result{}, nil
+}
+
+// reportGroupFinish reports the group's end once; first says this call
+// reported it.
+func (r *Reconciler) reportGroupFinish(ctx context.Context, pod *corev1.Pod, key workload.Key, ref *sluicev1.WorkloadRef, state *group.State) (first bool, err error) {
+	done := false
+	r.groups.update(key, func(g *groupState) { done = g.finished })
+	if done {
+		return false, nil
+	}
+	if err := r.progress(ctx, pod, ref, &admitterv1.ReportProgressRequest{
+		Workload: ref, SucceededPods: state.Succeeded,
+		Finish: &admitterv1.Finish{Succeeded: state.Success, Message: state.Message},
+	}); err != nil {
+		return false, err
+	}
+	crashpoint.Hit("grouper/report-finish")
+	r.groups.update(key, func(g *groupState) { g.finished = true })
+	return true, nil
+}
+
+// reportSucceeded reports the group's succeeded pods per role when they
+// changed, so their quota is released while the others run.
+func (r *Reconciler) reportSucceeded(ctx context.Context, key workload.Key, ref *sluicev1.WorkloadRef, succeeded map[string]int32) error {
+	changed := false
+	r.groups.update(key, func(g *groupState) {
+		for role, n := range succeeded {
+			if g.succeeded[role] < n {
+				changed = true
+			}
+		}
+	})
+	if !changed {
+		return nil
+	}
+	if err := r.progress(ctx, nil, ref, &admitterv1.ReportProgressRequest{Workload: ref, SucceededPods: succeeded}); err != nil {
+		return err
+	}
+	r.groups.update(key, func(g *groupState) {
+		if g.succeeded == nil {
+			g.succeeded = map[string]int32{}
+		}
+		for role, n := range succeeded {
+			g.succeeded[role] = max(g.succeeded[role], n)
+		}
+	})
+	return nil
+}
+
+// progress sends one progress report; a workload the admitter does not
+// know needs none.
+func (r *Reconciler) progress(ctx context.Context, pod *corev1.Pod, ref *sluicev1.WorkloadRef, req *admitterv1.ReportProgressRequest) error {
+	if pod != nil {
+		var span trace.Span
+		ctx, span = r.startSpan(ctx, pod, "grouper.ReportProgress", ref)
+		defer span.End()
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.opts.CallTimeout)
+	defer cancel()
+	if _, err := r.opts.Admitter.ReportProgress(cctx, req); err != nil && status.Code(err) != grpccodes.NotFound {
+		r.opts.Metrics.Reports.WithLabelValues(metrics.ResultError).Inc()
+		return fmt.Errorf("report progress of group %s: %w", ref.GetName(), err)
+	}
+	r.opts.Metrics.Reports.WithLabelValues(metrics.ResultOK).Inc()
+	return nil
+}

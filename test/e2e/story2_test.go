@@ -1,0 +1,183 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sluicev1alpha1 "github.com/sluice-dev/sluice/pkg/api/v1alpha1"
+	"github.com/sluice-dev/sluice/pkg/podkeys"
+)
+
+// groupPod is a pod of group name of total pods, asking for cpu.
+func groupPod(ns, group, name, cpu string, total int, kwok map[string]string) *corev1.Pod {
+	p := newPod(ns, name, cpu, "")
+	delete(p.Annotations, "kwok.sluice.dev/run-for")
+	for k, v := range kwok {
+		p.Annotations[k] = v
+	}
+	p.Labels[podkeys.PodGroupNameLabel] = group
+	p.Annotations[podkeys.PodGroupTotalCountAnnotation] = fmt.Sprint(total)
+	return p
+}
+
+// TestStory2GroupAdmittedWhole: a master and two workers created
+// beforehand are one workload with a pod set per role. While the queue
+// cannot hold all three, none starts; once it can, all three are ungated,
+// and the group finishes as a success when every pod succeeded, freeing
+// the quota.
+func TestStory2GroupAdmittedWhole(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ns := createNamespace(ctx, t, "story2")
+	createQueues(ctx, t, ns, "story2", "1500m") // the group needs 2
+
+	run := map[string]string{"kwok.sluice.dev/run-for": "2s"}
+	pods := []*corev1.Pod{
+		groupPod(ns, "train", "master", "1", 3, run),
+		groupPod(ns, "train", "worker-0", "500m", 3, run),
+		groupPod(ns, "train", "worker-1", "500m", 3, run),
+	}
+	for _, p := range pods {
+		mustCreate(ctx, t, p)
+	}
+	wl := waitWorkloadOf(ctx, t, pods[0], "pending for lack of quota", func(w *sluicev1alpha1.Workload) bool {
+		c := meta.FindStatusCondition(w.Status.Conditions, sluicev1alpha1.WorkloadQuotaReserved)
+		return c != nil && c.Reason == sluicev1alpha1.ReasonPending
+	})
+	if wl.Name != "train" || len(wl.Spec.PodSets) != 2 || len(wl.OwnerReferences) != 3 {
+		t.Fatalf("workload %s: %d pod sets, %d owners; want train with 2 pod sets (master, workers) owned by the 3 pods",
+			wl.Name, len(wl.Spec.PodSets), len(wl.OwnerReferences))
+	}
+	counts := []int32{wl.Spec.PodSets[0].Count, wl.Spec.PodSets[1].Count}
+	slices.Sort(counts)
+	if !slices.Equal(counts, []int32{1, 2}) {
+		t.Fatalf("pod set counts %v, want 1 master and 2 workers", counts)
+	}
+	for _, p := range pods {
+		if cur := getPod(ctx, t, p); !hasGate(cur) {
+			t.Fatalf("pod %s ungated while its group does not fit", p.Name)
+		}
+	}
+
+	// Room for the whole group: every pod starts, and the group succeeds.
+	var cq sluicev1alpha1.ClusterQueue
+	if err := k8s.Get(ctx, client.ObjectKey{Name: "story2"}, &cq); err != nil {
+		t.Fatal(err)
+	}
+	cq.Spec.ResourceGroups[0].Flavors[0].Resources[0].NominalQuota = resource.MustParse("4")
+	if err := k8s.Update(ctx, &cq); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods {
+		final := waitPod(ctx, t, p, "Succeeded", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded })
+		if final.Labels[podkeys.PodSetLabel] == "" || final.Annotations[podkeys.WorkloadAnnotation] != "train" {
+			t.Errorf("pod %s ungated without its pod set label and workload annotation: %v %v", p.Name, final.Labels, final.Annotations)
+		}
+	}
+	waitGroupEnded(ctx, t, "story2", pods, sluicev1alpha1.ReasonSucceeded)
+}
+
+// waitGroupEnded waits until the group of pods finished with reason, its
+// ClusterQueue holds nothing, and no pod keeps sluice's finalizer.
+func waitGroupEnded(ctx context.Context, t *testing.T, clusterQueue string, pods []*corev1.Pod, reason string) {
+	t.Helper()
+	wl := waitWorkloadOf(ctx, t, pods[0], "Finished", func(w *sluicev1alpha1.Workload) bool {
+		return meta.IsStatusConditionTrue(w.Status.Conditions, sluicev1alpha1.WorkloadFinished)
+	})
+	if c := meta.FindStatusCondition(wl.Status.Conditions, sluicev1alpha1.WorkloadFinished); c.Reason != reason {
+		t.Errorf("Finished = %+v, want reason %s", c, reason)
+	}
+	waitClusterQueue(ctx, t, clusterQueue, "no reserving workloads", func(cq *sluicev1alpha1.ClusterQueue) bool {
+		return cq.Status.ReservingWorkloads == 0 && cpuReservedIsZero(cq)
+	})
+	for _, p := range pods {
+		waitPod(ctx, t, p, "finalizer removed", func(p *corev1.Pod) bool {
+			return !slices.Contains(p.Finalizers, podkeys.ManagedFinalizer)
+		})
+	}
+}
+
+// TestStory2NonRetriableFailureEndsTheGroup: a pod that fails with
+// retriable-in-group "false" ends its group once nothing else runs, and
+// the group is reported as failed, not succeeded.
+func TestStory2NonRetriableFailureEndsTheGroup(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ns := createNamespace(ctx, t, "story2-fail")
+	createQueues(ctx, t, ns, "story2-fail", "4")
+
+	failing := groupPod(ns, "mpi", "launcher", "1", 2, map[string]string{"kwok.sluice.dev/fail-after": "1s"})
+	failing.Annotations[podkeys.RetriableInGroupAnnotation] = "false"
+	pods := []*corev1.Pod{failing, groupPod(ns, "mpi", "rank-0", "1", 2, map[string]string{"kwok.sluice.dev/run-for": "2s"})}
+	for _, p := range pods {
+		mustCreate(ctx, t, p)
+	}
+	// A non-retriable failure is a failure, not a success.
+	waitGroupEnded(ctx, t, "story2-fail", pods, sluicev1alpha1.ReasonFailed)
+}
+
+// TestStory2MismatchedGroupIsNotQueued: pods of one group that name
+// different queues make no workload, and one Warning event names them.
+func TestStory2MismatchedGroupIsNotQueued(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ns := createNamespace(ctx, t, "story2-mismatch")
+	createQueues(ctx, t, ns, "story2-mismatch", "4")
+	a := groupPod(ns, "g", "a", "1", 2, nil)
+	b := groupPod(ns, "g", "b", "1", 2, nil)
+	b.Labels[podkeys.QueueNameLabel] = "other-queue"
+	mustCreate(ctx, t, a)
+	mustCreate(ctx, t, b)
+
+	var warnings []eventsv1.Event
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		var evs eventsv1.EventList
+		if err := k8s.List(ctx, &evs, client.InNamespace(ns)); err != nil {
+			return false, nil
+		}
+		warnings = warnings[:0]
+		for _, e := range evs.Items {
+			if e.Type == corev1.EventTypeWarning && e.Reason == "GroupMismatch" {
+				warnings = append(warnings, e)
+			}
+		}
+		return len(warnings) > 0, nil
+	})
+	if err != nil {
+		t.Fatal("no GroupMismatch warning")
+	}
+	msg := warnings[0].Note
+	for _, want := range []string{podkeys.QueueNameLabel, `"user-queue" (a)`, `"other-queue" (b)`} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("warning %q does not say %q", msg, want)
+		}
+	}
+	var list sluicev1alpha1.WorkloadList
+	if err := k8s.List(ctx, &list, client.InNamespace(ns)); err != nil || len(list.Items) != 0 {
+		t.Fatalf("workloads %d (err %v), want none for a group that disagrees", len(list.Items), err)
+	}
+	// Both pods woke several times meanwhile: still one event for the group.
+	if len(warnings) != 1 || warnings[0].Series != nil {
+		t.Errorf("%d warnings (series %v), want one for the group", len(warnings), warnings[0].Series)
+	}
+}
+
+func getPod(ctx context.Context, t *testing.T, p *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	var cur corev1.Pod
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), &cur); err != nil {
+		t.Fatal(err)
+	}
+	return &cur
+}
