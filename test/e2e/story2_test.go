@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -125,6 +126,77 @@ func TestStory2NonRetriableFailureEndsTheGroup(t *testing.T) {
 	}
 	// A non-retriable failure is a failure, not a success.
 	waitGroupEnded(ctx, t, "story2-fail", pods, sluicev1alpha1.ReasonFailed)
+}
+
+// TestStory2FailedPodReplaced: a worker that fails keeps its place until a
+// newer pod of its role replaces it; the replacement reuses the group's
+// quota (the queue holds exactly the group), the failed pod is freed, and
+// the group succeeds once its pods do.
+func TestStory2FailedPodReplaced(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ns := createNamespace(ctx, t, "story2-replace")
+	createQueues(ctx, t, ns, "story2-replace", "2")
+	worker := groupPod(ns, "job", "worker-0", "1", 2, map[string]string{"kwok.sluice.dev/fail-after": "1s"})
+	steady := groupPod(ns, "job", "worker-1", "1", 2, map[string]string{"kwok.sluice.dev/run-for": "20s"})
+	mustCreate(ctx, t, worker)
+	mustCreate(ctx, t, steady)
+	waitPod(ctx, t, worker, "Failed", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed })
+	if cur := getPod(ctx, t, worker); !slices.Contains(cur.Finalizers, podkeys.ManagedFinalizer) {
+		t.Fatal("the failed pod lost sluice's finalizer before a replacement took its place")
+	}
+
+	replacement := groupPod(ns, "job", "worker-0-retry", "1", 2, map[string]string{"kwok.sluice.dev/run-for": "1s"})
+	mustCreate(ctx, t, replacement)
+	waitPod(ctx, t, replacement, "Succeeded", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded })
+	waitPod(ctx, t, worker, "freed by its replacement", func(p *corev1.Pod) bool {
+		return !slices.Contains(p.Finalizers, podkeys.ManagedFinalizer)
+	})
+	waitGroupEnded(ctx, t, "story2-replace", []*corev1.Pod{steady, replacement}, sluicev1alpha1.ReasonSucceeded)
+}
+
+// TestStory2ExcessPods: pods beyond the total count are deleted, the
+// youngest first, before admission; after admission a pod its role has no
+// room for is deleted instead of ungated.
+func TestStory2ExcessPods(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ns := createNamespace(ctx, t, "story2-excess")
+	run := map[string]string{"kwok.sluice.dev/run-for": "30s"}
+	pods := []*corev1.Pod{groupPod(ns, "g", "a", "1", 2, run), groupPod(ns, "g", "b", "1", 2, run)}
+	for _, p := range pods {
+		mustCreate(ctx, t, p)
+	}
+	// No queue exists yet, so nothing can be admitted: c is excess before
+	// admission (created last; the name breaks a tie within a second).
+	late := groupPod(ns, "g", "c", "1", 2, run)
+	mustCreate(ctx, t, late)
+	waitGone(ctx, t, late)
+	createQueues(ctx, t, ns, "story2-excess", "4")
+	for _, p := range pods {
+		waitPod(ctx, t, p, "running", func(p *corev1.Pod) bool { return !hasGate(p) })
+	}
+
+	after := groupPod(ns, "g", "d", "1", 2, run)
+	mustCreate(ctx, t, after)
+	waitGone(ctx, t, after)
+	for _, p := range pods {
+		if cur := getPod(ctx, t, p); cur.DeletionTimestamp != nil {
+			t.Fatalf("admitted pod %s deleted as excess", p.Name)
+		}
+	}
+}
+
+func waitGone(ctx context.Context, t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		var cur corev1.Pod
+		err := k8s.Get(ctx, client.ObjectKeyFromObject(pod), &cur)
+		return apierrors.IsNotFound(err) || (err == nil && cur.DeletionTimestamp != nil), nil
+	})
+	if err != nil {
+		t.Fatalf("pod %s was never deleted as excess", pod.Name)
+	}
 }
 
 // TestStory2MismatchedGroupIsNotQueued: pods of one group that name

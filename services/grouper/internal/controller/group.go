@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"go.opentelemetry.io/otel/trace"
@@ -192,10 +193,16 @@ func reasonFor(err error) string {
 }
 
 // deleteExcess deletes the pods a group has beyond its total count, the
-// youngest first, with one event for the group.
+// youngest first.
 func (r *Reconciler) deleteExcess(ctx context.Context, key workload.Key, a *group.Assembly) error {
+	return r.deletePods(ctx, key, a.Members, a.Excess, fmt.Sprintf("the group wants %d pods", a.TotalCount))
+}
+
+// deletePods deletes excess pods of a group, with one event for the group
+// on its first pod saying why.
+func (r *Reconciler) deletePods(ctx context.Context, key workload.Key, members, excess []*corev1.Pod, why string) error {
 	var names []string
-	for _, p := range a.Excess {
+	for _, p := range excess {
 		uid := p.UID
 		target := &corev1.Pod{}
 		target.Namespace, target.Name = p.Namespace, p.Name
@@ -204,9 +211,20 @@ func (r *Reconciler) deleteExcess(ctx context.Context, key workload.Key, a *grou
 		}
 		names = append(names, p.Name)
 	}
-	r.opts.Recorder.Eventf(a.Members[0], nil, corev1.EventTypeNormal, ReasonExcessPodsDeleted, actionAssemble,
-		"group %s wants %d pods: deleted the youngest %d beyond it: %v", key.Name, a.TotalCount, len(names), names)
+	r.opts.Recorder.Eventf(firstByName(members), nil, corev1.EventTypeNormal, ReasonExcessPodsDeleted, actionAssemble,
+		"group %s: deleted %d excess pods (%s): %v", key.Name, len(names), why, names)
 	return nil
+}
+
+// firstByName is the pod of the group events are emitted on.
+func firstByName(pods []*corev1.Pod) *corev1.Pod {
+	first := pods[0]
+	for _, p := range pods[1:] {
+		if p.Name < first.Name {
+			first = p
+		}
+	}
+	return first
 }
 
 // warnGroup tells a group's problem once, on its first pod by name.
@@ -219,18 +237,28 @@ func (r *Reconciler) warnGroup(key workload.Key, pods []*corev1.Pod, reason, msg
 	if !tell || len(pods) == 0 {
 		return
 	}
-	first := pods[0]
-	for _, p := range pods[1:] {
-		if p.Name < first.Name {
-			first = p
-		}
-	}
-	r.warn(first, reason, actionAssemble, "%s", msg)
+	r.warn(firstByName(pods), reason, actionAssemble, "%s", msg)
 }
 
 // ungateMember applies the group's admission to one of its gated pods,
-// with the info of the pod set of its role.
+// with the info of the pod set of its role — unless its role has all its
+// pods already: then it is excess and deleted.
 func (r *Reconciler) ungateMember(ctx context.Context, pod *corev1.Pod, key workload.Key, entry decisionEntry, st *podState) (reconcile.Result, error) {
+	pods, err := r.groupPods(ctx, key)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	state, err := group.Observe(entry.decision.GetPodSetCounts(), pods)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if slices.ContainsFunc(state.Excess, func(p *corev1.Pod) bool { return p.UID == pod.UID }) {
+		return reconcile.Result{}, r.deletePods(ctx, key, pods, []*corev1.Pod{pod}, "its role has all its pods")
+	}
+	// This pod may be the replacement a failed pod waits for, to be freed.
+	for _, p := range state.Replaced {
+		r.wake <- event.TypedGenericEvent[*corev1.Pod]{Object: p}
+	}
 	hash, err := workload.RoleHash(pod)
 	if err == nil {
 		var info *sluicev1.PodSetInfo

@@ -189,7 +189,8 @@ func compareBool(a, b bool) int {
 // State is what an admitted group's pods say, role by role.
 type State struct {
 	// Excess are active pods beyond their role's count, to delete: the
-	// youngest first.
+	// youngest first. Pods being deleted do not count: their replacements
+	// are not excess.
 	Excess []*corev1.Pod
 	// Replaced are failed pods a newer pod of their role took the place
 	// of: their finalizer may go. The pod that failed first is replaced
@@ -226,6 +227,10 @@ func Observe(podSets map[string]int32, pods []*corev1.Pod) (*State, error) {
 			roles[hash] = r
 		}
 		switch {
+		case Active(p) && p.DeletionTimestamp != nil && p.Status.Phase != corev1.PodSucceeded:
+			// Leaving: a replacement created meanwhile takes its place
+			// rather than being cut as excess.
+			running++
 		case Active(p):
 			r.active = append(r.active, p)
 			if p.Status.Phase == corev1.PodSucceeded {

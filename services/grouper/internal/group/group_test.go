@@ -50,6 +50,10 @@ func failed(at int) func(*corev1.Pod) {
 }
 
 func succeeded(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }
+func terminating(p *corev1.Pod) {
+	now := metav1.NewTime(epoch)
+	p.DeletionTimestamp = &now
+}
 func running(p *corev1.Pod) {
 	p.Spec.SchedulingGates = nil
 	p.Spec.NodeName = "node"
@@ -224,6 +228,12 @@ func TestObserveAdmittedGroup(t *testing.T) {
 			pods: []*corev1.Pod{pod("m", "m", 0, running), pod("m2", "m", 5), pod("w0", "w", 1, running),
 				pod("w1", "w", 2, running)},
 			excess:  []string{"m2"},
+			missing: map[string]int32{},
+		},
+		{
+			name: "a replacement for a pod still terminating is not excess",
+			pods: []*corev1.Pod{pod("m", "m", 0, running), pod("w0", "w", 1, running, terminating),
+				pod("w1", "w", 2, running), pod("w2", "w", 30)},
 			missing: map[string]int32{},
 		},
 		{
