@@ -1,7 +1,8 @@
 // Package bench measures sluice end to end on the local control plane: a
-// burst of pods created through the webhook until every one is ungated,
-// beside the raw rate of the same API server for creating gated pods and
-// patching them ungated without sluice. The machine is shared and noisy, so
+// burst of pods (single pods, and the same number in groups of ten)
+// created through the webhook until every one is ungated, beside the raw
+// rate of the same API server for creating gated pods and patching them
+// ungated without sluice. The machine is shared and noisy, so
 // the ratio between the two is the figure to compare across runs.
 //
 // Run it with `make bench`. It reports; it asserts nothing about timings.
@@ -37,8 +38,9 @@ import (
 )
 
 const (
-	burst   = 2000 // pods per burst
-	workers = 32   // concurrent client workers, for sluice's burst and the raw baseline
+	burst     = 2000 // pods per burst
+	workers   = 32   // concurrent client workers, for sluice's burst and the raw baseline
+	groupSize = 10   // pods per group in the groups burst
 )
 
 // TestMain sets controller-runtime's logger, which RunMain would set: the
@@ -49,6 +51,26 @@ func TestMain(m *testing.M) {
 }
 
 func BenchmarkBurstSinglePods(b *testing.B) {
+	runBurst(b, "single pods", func(ns string, i int) *corev1.Pod {
+		return benchPod(ns, fmt.Sprintf("pod-%d", i), "user-queue")
+	})
+}
+
+// BenchmarkBurstPodGroups bursts the same number of pods as groups of
+// groupSize created beforehand (KEP-976 Story 2): each group is one
+// Workload, submitted once all its pods exist and admitted whole.
+func BenchmarkBurstPodGroups(b *testing.B) {
+	runBurst(b, fmt.Sprintf("pods in %d groups of %d", burst/groupSize, groupSize), func(ns string, i int) *corev1.Pod {
+		p := benchPod(ns, fmt.Sprintf("pod-%d", i), "user-queue")
+		p.Labels[podkeys.PodGroupNameLabel] = fmt.Sprintf("group-%d", i/groupSize)
+		p.Annotations = map[string]string{podkeys.PodGroupTotalCountAnnotation: fmt.Sprint(groupSize)}
+		return p
+	})
+}
+
+// runBurst measures the raw pipeline, then bursts pods made by newPod
+// through sluice, in one control plane, and reports both.
+func runBurst(b *testing.B, shape string, newPod func(ns string, i int) *corev1.Pod) {
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	env, err := testenv.Start(ctx, testenv.Options{})
@@ -68,7 +90,7 @@ func BenchmarkBurstSinglePods(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer s.Stop()
-	res := measureSluice(ctx, b, env, cs)
+	res := measureSluice(ctx, b, env, cs, newPod)
 
 	b.ReportMetric(res.podsPerSecond, "pods/s")
 	b.ReportMetric(raw.pipelinePerSecond, "raw-pods/s")
@@ -76,7 +98,7 @@ func BenchmarkBurstSinglePods(b *testing.B) {
 	b.ReportMetric(res.p50.Seconds()*1000, "p50-ms")
 	b.ReportMetric(res.p99.Seconds()*1000, "p99-ms")
 
-	fmt.Printf("\n== burst of %d single pods, %d client workers ==\n", burst, workers)
+	fmt.Printf("\n== burst of %d %s, %d client workers ==\n", burst, shape, workers)
 	fmt.Printf("raw API server, no sluice: %.0f gated-pod creates/s, %.0f ungate patches/s, %.0f pods/s created-and-ungated\n",
 		raw.createsPerSecond, raw.patchesPerSecond, raw.pipelinePerSecond)
 	fmt.Printf("sluice: %.0f pods/s from creation to ungated (%.0f%% of the raw pipeline), %d/%d ungated\n",
@@ -127,7 +149,7 @@ type sluiceResult struct {
 	stages                      string
 }
 
-func measureSluice(ctx context.Context, b *testing.B, env *testenv.Env, cs kubernetes.Interface) sluiceResult {
+func measureSluice(ctx context.Context, b *testing.B, env *testenv.Env, cs kubernetes.Interface, newPod func(ns string, i int) *corev1.Pod) sluiceResult {
 	ns := namespace(ctx, b, cs, "burst")
 	c, err := client.New(env.Config, client.Options{})
 	if err != nil {
@@ -159,7 +181,7 @@ func measureSluice(ctx context.Context, b *testing.B, env *testenv.Env, cs kuber
 	start := time.Now()
 	parallel(burst, func(i int) error {
 		created[i] = time.Now()
-		_, err := cs.CoreV1().Pods(ns).Create(ctx, benchPod(ns, fmt.Sprintf("pod-%d", i), "user-queue"), metav1.CreateOptions{})
+		_, err := cs.CoreV1().Pods(ns).Create(ctx, newPod(ns, i), metav1.CreateOptions{})
 		return err
 	}, b)
 
@@ -354,17 +376,21 @@ func watchWorkloads(ctx context.Context, b *testing.B, informers cache.Cache) *w
 	wt := &workloadTimes{created: map[string]time.Time{}, admitted: map[string]time.Time{}}
 	observe(ctx, b, informers, &sluicev1alpha1.Workload{}, func(obj any) {
 		wl, ok := obj.(*sluicev1alpha1.Workload)
-		if !ok || len(wl.OwnerReferences) == 0 {
+		if !ok {
 			return
 		}
-		now, pod := time.Now(), wl.OwnerReferences[0].Name
+		now := time.Now()
+		admitted := meta.IsStatusConditionTrue(wl.Status.Conditions, sluicev1alpha1.WorkloadAdmitted)
 		wt.mu.Lock()
 		defer wt.mu.Unlock()
-		if _, dup := wt.created[pod]; !dup {
-			wt.created[pod] = now
-		}
-		if _, dup := wt.admitted[pod]; !dup && meta.IsStatusConditionTrue(wl.Status.Conditions, sluicev1alpha1.WorkloadAdmitted) {
-			wt.admitted[pod] = now
+		for _, owner := range wl.OwnerReferences {
+			pod := owner.Name
+			if _, dup := wt.created[pod]; !dup {
+				wt.created[pod] = now
+			}
+			if _, dup := wt.admitted[pod]; !dup && admitted {
+				wt.admitted[pod] = now
+			}
 		}
 	})
 	return wt

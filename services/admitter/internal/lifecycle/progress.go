@@ -19,8 +19,15 @@ import (
 
 // Submit creates wl. It returns the Workload as stored and whether this
 // call created it; an existing Workload of the same name is success.
+// Submissions of one name are serialized, so a burst of them (every pod
+// of a group) costs one create, not one attempt each.
 func (w *Writer) Submit(ctx context.Context, wl *v1alpha1.Workload) (*v1alpha1.Workload, bool, error) {
 	key := workload.Key(wl)
+	if cur := w.cfg.Store.Get(key); cur != nil {
+		return cur, false, nil
+	}
+	unlock := w.cfg.Locks.Lock(key)
+	defer unlock()
 	if cur := w.cfg.Store.Get(key); cur != nil {
 		return cur, false, nil
 	}

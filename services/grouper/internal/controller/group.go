@@ -40,9 +40,11 @@ const (
 // again (the admitter answers from what it has) and its finish is reported
 // again (the admitter ignores a second one).
 type groupState struct {
-	// submitted: SubmitWorkload succeeded, in LocalQueue queue.
-	submitted bool
-	queue     string
+	// submitted: SubmitWorkload succeeded, in LocalQueue queue;
+	// submitting: a call is in flight.
+	submitted  bool
+	submitting bool
+	queue      string
 	// warned is the last problem told in an event, so it is told once.
 	warned string
 	// finished: the group's end was reported.
@@ -153,11 +155,17 @@ func (r *Reconciler) submitGroup(ctx context.Context, pod *corev1.Pod, key workl
 	if a.Workload == nil {
 		return reconcile.Result{}, nil // a new pod of the group wakes it again
 	}
-	done := false
-	r.groups.update(key, func(g *groupState) { done = g.submitted && g.queue == a.Queue })
-	if done {
+	// One submission per group at a time: the group's other pods wake
+	// together, and the one submitting speaks for all of them.
+	skip := false
+	r.groups.update(key, func(g *groupState) {
+		skip = (g.submitted && g.queue == a.Queue) || g.submitting
+		g.submitting = g.submitting || !skip
+	})
+	if skip {
 		return reconcile.Result{}, nil
 	}
+	defer r.groups.update(key, func(g *groupState) { g.submitting = false })
 	wl := a.Workload
 	ctx, span := r.startSpan(ctx, a.Members[0], "grouper.SubmitWorkload", wl.GetRef())
 	defer span.End()
