@@ -87,6 +87,17 @@ func TestStory2GroupAdmittedWhole(t *testing.T) {
 		}
 	}
 	waitGroupEnded(ctx, t, "story2", pods, sluicev1alpha1.ReasonSucceeded)
+
+	// Each pod's time from admission to ungating is in its queue's
+	// histogram.
+	body, err := sluice.Grouper.Metrics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	series := `sluice_grouper_admission_to_ungate_seconds_count{cluster_queue="story2"} 3`
+	if !strings.Contains(body, series) {
+		t.Errorf("grouper metrics lack %q", series)
+	}
 }
 
 // waitGroupEnded waits until the group of pods finished with reason, its

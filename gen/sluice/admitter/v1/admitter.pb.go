@@ -14,6 +14,7 @@ import (
 	v1 "github.com/sluice-dev/sluice/gen/sluice/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -778,7 +779,11 @@ type Decision struct {
 	// pod_set_counts is how many pods each pod set of the workload admits
 	// (ACTION_ADMIT), so the grouper can tell a group's excess and missing
 	// pods without reading the Workload.
-	PodSetCounts  map[string]int32 `protobuf:"bytes,7,rep,name=pod_set_counts,json=podSetCounts,proto3" json:"pod_set_counts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	PodSetCounts map[string]int32 `protobuf:"bytes,7,rep,name=pod_set_counts,json=podSetCounts,proto3" json:"pod_set_counts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// admitted_at is when the workload was admitted (ACTION_ADMIT): the
+	// transition of its Admitted condition. The grouper times admission to
+	// ungating from it.
+	AdmittedAt    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=admitted_at,json=admittedAt,proto3" json:"admitted_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -862,11 +867,18 @@ func (x *Decision) GetPodSetCounts() map[string]int32 {
 	return nil
 }
 
+func (x *Decision) GetAdmittedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AdmittedAt
+	}
+	return nil
+}
+
 var File_sluice_admitter_v1_admitter_proto protoreflect.FileDescriptor
 
 const file_sluice_admitter_v1_admitter_proto_rawDesc = "" +
 	"\n" +
-	"!sluice/admitter/v1/admitter.proto\x12\x12sluice.admitter.v1\x1a\x15sluice/v1/types.proto\"H\n" +
+	"!sluice/admitter/v1/admitter.proto\x12\x12sluice.admitter.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15sluice/v1/types.proto\"H\n" +
 	"\x15SubmitWorkloadRequest\x12/\n" +
 	"\bworkload\x18\x01 \x01(\v2\x13.sluice.v1.WorkloadR\bworkload\"c\n" +
 	"\x16SubmitWorkloadResponse\x12\x10\n" +
@@ -908,7 +920,7 @@ const file_sluice_admitter_v1_admitter_proto_rawDesc = "" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rKIND_SNAPSHOT\x10\x01\x12\x15\n" +
 	"\x11KIND_SNAPSHOT_END\x10\x02\x12\x0f\n" +
-	"\vKIND_CHANGE\x10\x03\"\x9f\x04\n" +
+	"\vKIND_CHANGE\x10\x03\"\xdc\x04\n" +
 	"\bDecision\x122\n" +
 	"\bworkload\x18\x01 \x01(\v2\x16.sluice.v1.WorkloadRefR\bworkload\x12;\n" +
 	"\x06action\x18\x02 \x01(\x0e2#.sluice.admitter.v1.Decision.ActionR\x06action\x12#\n" +
@@ -916,7 +928,9 @@ const file_sluice_admitter_v1_admitter_proto_rawDesc = "" +
 	"\rpod_set_infos\x18\x04 \x03(\v2\x15.sluice.v1.PodSetInfoR\vpodSetInfos\x12\x18\n" +
 	"\amessage\x18\x05 \x01(\tR\amessage\x12%\n" +
 	"\x0ereservation_id\x18\x06 \x01(\tR\rreservationId\x12T\n" +
-	"\x0epod_set_counts\x18\a \x03(\v2..sluice.admitter.v1.Decision.PodSetCountsEntryR\fpodSetCounts\x1a?\n" +
+	"\x0epod_set_counts\x18\a \x03(\v2..sluice.admitter.v1.Decision.PodSetCountsEntryR\fpodSetCounts\x12;\n" +
+	"\vadmitted_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"admittedAt\x1a?\n" +
 	"\x11PodSetCountsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"j\n" +
@@ -966,6 +980,7 @@ var file_sluice_admitter_v1_admitter_proto_goTypes = []any{
 	(*v1.Workload)(nil),               // 16: sluice.v1.Workload
 	(*v1.WorkloadRef)(nil),            // 17: sluice.v1.WorkloadRef
 	(*v1.PodSetInfo)(nil),             // 18: sluice.v1.PodSetInfo
+	(*timestamppb.Timestamp)(nil),     // 19: google.protobuf.Timestamp
 }
 var file_sluice_admitter_v1_admitter_proto_depIdxs = []int32{
 	16, // 0: sluice.admitter.v1.SubmitWorkloadRequest.workload:type_name -> sluice.v1.Workload
@@ -981,19 +996,20 @@ var file_sluice_admitter_v1_admitter_proto_depIdxs = []int32{
 	1,  // 10: sluice.admitter.v1.Decision.action:type_name -> sluice.admitter.v1.Decision.Action
 	18, // 11: sluice.admitter.v1.Decision.pod_set_infos:type_name -> sluice.v1.PodSetInfo
 	15, // 12: sluice.admitter.v1.Decision.pod_set_counts:type_name -> sluice.admitter.v1.Decision.PodSetCountsEntry
-	2,  // 13: sluice.admitter.v1.AdmitterService.SubmitWorkload:input_type -> sluice.admitter.v1.SubmitWorkloadRequest
-	6,  // 14: sluice.admitter.v1.AdmitterService.ReportProgress:input_type -> sluice.admitter.v1.ReportProgressRequest
-	4,  // 15: sluice.admitter.v1.AdmitterService.UpdateWorkload:input_type -> sluice.admitter.v1.UpdateWorkloadRequest
-	10, // 16: sluice.admitter.v1.AdmitterService.WatchAdmissions:input_type -> sluice.admitter.v1.WatchAdmissionsRequest
-	3,  // 17: sluice.admitter.v1.AdmitterService.SubmitWorkload:output_type -> sluice.admitter.v1.SubmitWorkloadResponse
-	9,  // 18: sluice.admitter.v1.AdmitterService.ReportProgress:output_type -> sluice.admitter.v1.ReportProgressResponse
-	5,  // 19: sluice.admitter.v1.AdmitterService.UpdateWorkload:output_type -> sluice.admitter.v1.UpdateWorkloadResponse
-	12, // 20: sluice.admitter.v1.AdmitterService.WatchAdmissions:output_type -> sluice.admitter.v1.WatchAdmissionsResponse
-	17, // [17:21] is the sub-list for method output_type
-	13, // [13:17] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	19, // 13: sluice.admitter.v1.Decision.admitted_at:type_name -> google.protobuf.Timestamp
+	2,  // 14: sluice.admitter.v1.AdmitterService.SubmitWorkload:input_type -> sluice.admitter.v1.SubmitWorkloadRequest
+	6,  // 15: sluice.admitter.v1.AdmitterService.ReportProgress:input_type -> sluice.admitter.v1.ReportProgressRequest
+	4,  // 16: sluice.admitter.v1.AdmitterService.UpdateWorkload:input_type -> sluice.admitter.v1.UpdateWorkloadRequest
+	10, // 17: sluice.admitter.v1.AdmitterService.WatchAdmissions:input_type -> sluice.admitter.v1.WatchAdmissionsRequest
+	3,  // 18: sluice.admitter.v1.AdmitterService.SubmitWorkload:output_type -> sluice.admitter.v1.SubmitWorkloadResponse
+	9,  // 19: sluice.admitter.v1.AdmitterService.ReportProgress:output_type -> sluice.admitter.v1.ReportProgressResponse
+	5,  // 20: sluice.admitter.v1.AdmitterService.UpdateWorkload:output_type -> sluice.admitter.v1.UpdateWorkloadResponse
+	12, // 21: sluice.admitter.v1.AdmitterService.WatchAdmissions:output_type -> sluice.admitter.v1.WatchAdmissionsResponse
+	18, // [18:22] is the sub-list for method output_type
+	14, // [14:18] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_sluice_admitter_v1_admitter_proto_init() }

@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 	"github.com/sluice-dev/sluice/pkg/podset"
@@ -41,6 +43,9 @@ func decisionFor(wl *v1alpha1.Workload) *admitterv1.Decision {
 		d.Message = "admitted in ClusterQueue " + wl.Status.Admission.ClusterQueue
 		for _, info := range wl.Status.PodSetInfos {
 			d.PodSetInfos = append(d.PodSetInfos, podset.ToProto(info))
+		}
+		if c := workload.Condition(wl, v1alpha1.WorkloadAdmitted); c != nil {
+			d.AdmittedAt = timestamppb.New(c.LastTransitionTime.Time)
 		}
 		d.PodSetCounts = make(map[string]int32, len(wl.Spec.PodSets))
 		for _, ps := range wl.Spec.PodSets {

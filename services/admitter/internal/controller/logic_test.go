@@ -2,6 +2,7 @@ package controller
 
 import (
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -62,18 +63,23 @@ func TestDecisionFor(t *testing.T) {
 	}
 }
 
-func TestAdmitDecisionCarriesPodSetCounts(t *testing.T) {
+func TestAdmitDecisionCarriesPodSetCountsAndAdmissionTime(t *testing.T) {
+	admittedAt := metav1.NewTime(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
 	wl := &v1alpha1.Workload{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "g", UID: "u"},
 		Spec:       v1alpha1.WorkloadSpec{PodSets: []v1alpha1.PodSet{{Name: "aaaa", Count: 1}, {Name: "bbbb", Count: 4}}},
 		Status: v1alpha1.WorkloadStatus{
 			Admission:   &v1alpha1.Admission{ClusterQueue: "cq", ReservationID: "r"},
-			Conditions:  []metav1.Condition{{Type: v1alpha1.WorkloadAdmitted, Status: metav1.ConditionTrue}},
+			Conditions:  []metav1.Condition{{Type: v1alpha1.WorkloadAdmitted, Status: metav1.ConditionTrue, LastTransitionTime: admittedAt}},
 			PodSetInfos: []v1alpha1.PodSetInfo{{Name: "aaaa"}, {Name: "bbbb"}},
 		},
 	}
-	got := decisionFor(wl).GetPodSetCounts()
+	d := decisionFor(wl)
+	got := d.GetPodSetCounts()
 	if len(got) != 2 || got["aaaa"] != 1 || got["bbbb"] != 4 {
 		t.Fatalf("pod_set_counts = %v, want aaaa=1 bbbb=4", got)
+	}
+	if !d.GetAdmittedAt().AsTime().Equal(admittedAt.Time) {
+		t.Fatalf("admitted_at = %v, want the Admitted condition's transition %v", d.GetAdmittedAt().AsTime(), admittedAt)
 	}
 }

@@ -426,6 +426,10 @@ func (r *Reconciler) sendUngate(ctx context.Context, pod *corev1.Pod, key worklo
 	st.ungated = true
 	r.opts.Metrics.PodsUngated.Inc()
 	r.opts.Metrics.DecisionToUngate.Observe(r.now().Sub(entry.received).Seconds())
+	if at := entry.decision.GetAdmittedAt(); at != nil {
+		r.opts.Metrics.AdmissionToUngate.WithLabelValues(entry.decision.GetClusterQueue()).
+			Observe(max(r.now().Sub(at.AsTime()), 0).Seconds())
+	}
 	// No Event on success: one per pod would be a write per pod on the hot
 	// path. The Workload's Admitted condition and the pod's podset label
 	// say the same, and the metrics count it.

@@ -29,6 +29,9 @@ type Metrics struct {
 	// DecisionToUngate is the time from receiving an admission to the
 	// successful ungate patch of a pod.
 	DecisionToUngate prometheus.Histogram
+	// AdmissionToUngate is the time from a workload's admission to the
+	// successful ungate patch of each of its pods, per ClusterQueue.
+	AdmissionToUngate *prometheus.HistogramVec
 	// AlreadyUngated counts pods that an admission decision found ungated
 	// already, and that were therefore left alone.
 	AlreadyUngated prometheus.Counter
@@ -66,6 +69,11 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Time from receiving an admission decision to the pod's successful ungate patch.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16), // 1ms .. ~33s
 		}),
+		AdmissionToUngate: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_grouper_admission_to_ungate_seconds",
+			Help:    "Time from a workload's admission (its Admitted condition) to each of its pods' successful ungate patch, per ClusterQueue.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16), // 1ms .. ~33s
+		}, []string{"cluster_queue"}),
 		AlreadyUngated: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_grouper_decision_pods_already_ungated_total",
 			Help: "Pods an admission decision found already ungated (repeated decisions, snapshots); no patch is sent for them.",
@@ -88,7 +96,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 	}
 	for _, c := range []prometheus.Collector{
-		m.Submissions, m.Reports, m.PodsUngated, m.UngateErrors, m.DecisionToUngate,
+		m.Submissions, m.Reports, m.PodsUngated, m.UngateErrors, m.DecisionToUngate, m.AdmissionToUngate,
 		m.AlreadyUngated, m.Decisions, m.StreamConnects, m.PodsEvicted, m.FinalizersRemoved,
 	} {
 		if err := reg.Register(c); err != nil {
