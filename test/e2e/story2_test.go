@@ -156,9 +156,15 @@ func TestStory2FailedPodReplaced(t *testing.T) {
 	if cur := getPod(ctx, t, worker); !slices.Contains(cur.Finalizers, podkeys.ManagedFinalizer) {
 		t.Fatal("the failed pod lost sluice's finalizer before a replacement took its place")
 	}
+	waitWorkloadOf(ctx, t, steady, "WaitingForReplacementPods", func(w *sluicev1alpha1.Workload) bool {
+		return meta.IsStatusConditionTrue(w.Status.Conditions, sluicev1alpha1.WorkloadWaitingForReplacementPods)
+	})
 
 	replacement := groupPod(ns, "job", "worker-0-retry", "1", 2, map[string]string{"kwok.sluice.dev/run-for": "1s"})
 	mustCreate(ctx, t, replacement)
+	waitWorkloadOf(ctx, t, steady, "no longer waiting for replacements", func(w *sluicev1alpha1.Workload) bool {
+		return meta.IsStatusConditionFalse(w.Status.Conditions, sluicev1alpha1.WorkloadWaitingForReplacementPods)
+	})
 	waitPod(ctx, t, replacement, "Succeeded", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded })
 	waitPod(ctx, t, worker, "freed by its replacement", func(p *corev1.Pod) bool {
 		return !slices.Contains(p.Finalizers, podkeys.ManagedFinalizer)

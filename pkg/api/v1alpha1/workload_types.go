@@ -307,6 +307,9 @@ const (
 	// status.admission is still set the eviction is in progress: the quota
 	// stays reserved until the workload's pods have stopped.
 	WorkloadEvicted = "Evicted"
+	// WorkloadWaitingForReplacementPods is True while a group's failed pods
+	// have not all been replaced; its message says which are missing.
+	WorkloadWaitingForReplacementPods = "WaitingForReplacementPods"
 )
 
 // ResourceInUseFinalizer is on every Workload the admitter creates. It keeps
@@ -331,6 +334,10 @@ const (
 	ReasonSucceeded = "Succeeded"
 	// ReasonFailed: the workload ended with failed pods.
 	ReasonFailed = "Failed"
+	// ReasonPodsMissing: failed pods of a group wait for replacements.
+	ReasonPodsMissing = "PodsMissing"
+	// ReasonAllPodsPresent: every failed pod of a group was replaced.
+	ReasonAllPodsPresent = "AllPodsPresent"
 	// ReasonAdmissionCheck: evicted because a check answered Retry or
 	// Rejected.
 	ReasonAdmissionCheck = "AdmissionCheck"

@@ -83,7 +83,7 @@ func (x WatchAdmissionsResponse_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WatchAdmissionsResponse_Kind.Descriptor instead.
 func (WatchAdmissionsResponse_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{10, 0}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{11, 0}
 }
 
 // Action to take on the pods.
@@ -149,7 +149,7 @@ func (x Decision_Action) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Decision_Action.Descriptor instead.
 func (Decision_Action) EnumDescriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{11, 0}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{12, 0}
 }
 
 // SubmitWorkloadRequest carries the workload to queue.
@@ -380,7 +380,11 @@ type ReportProgressRequest struct {
 	// answer to an ACTION_EVICT or ACTION_DELETE decision. The admitter then
 	// releases the quota the evicted workload held (and requeues it), or lets
 	// a deleted workload go.
-	Stopped       *Stopped `protobuf:"bytes,4,opt,name=stopped,proto3" json:"stopped,omitempty"`
+	Stopped *Stopped `protobuf:"bytes,4,opt,name=stopped,proto3" json:"stopped,omitempty"`
+	// missing, when set, says which pods a group waits for: failed pods not
+	// replaced yet. The Workload's WaitingForReplacementPods condition follows
+	// it (True while any pod is missing).
+	Missing       *Missing `protobuf:"bytes,5,opt,name=missing,proto3" json:"missing,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -443,6 +447,59 @@ func (x *ReportProgressRequest) GetStopped() *Stopped {
 	return nil
 }
 
+func (x *ReportProgressRequest) GetMissing() *Missing {
+	if x != nil {
+		return x.Missing
+	}
+	return nil
+}
+
+// Missing counts the pods a group waits for.
+type Missing struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// pods counts, per pod set, the pods missing; empty when none is.
+	Pods          map[string]int32 `protobuf:"bytes,1,rep,name=pods,proto3" json:"pods,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Missing) Reset() {
+	*x = Missing{}
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Missing) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Missing) ProtoMessage() {}
+
+func (x *Missing) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Missing.ProtoReflect.Descriptor instead.
+func (*Missing) Descriptor() ([]byte, []int) {
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Missing) GetPods() map[string]int32 {
+	if x != nil {
+		return x.Pods
+	}
+	return nil
+}
+
 // Stopped says that a workload's pods have stopped.
 type Stopped struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -456,7 +513,7 @@ type Stopped struct {
 
 func (x *Stopped) Reset() {
 	*x = Stopped{}
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[5]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -468,7 +525,7 @@ func (x *Stopped) String() string {
 func (*Stopped) ProtoMessage() {}
 
 func (x *Stopped) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[5]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -481,7 +538,7 @@ func (x *Stopped) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stopped.ProtoReflect.Descriptor instead.
 func (*Stopped) Descriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{5}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Stopped) GetReservationId() string {
@@ -504,7 +561,7 @@ type Finish struct {
 
 func (x *Finish) Reset() {
 	*x = Finish{}
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[6]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -516,7 +573,7 @@ func (x *Finish) String() string {
 func (*Finish) ProtoMessage() {}
 
 func (x *Finish) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[6]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -529,7 +586,7 @@ func (x *Finish) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Finish.ProtoReflect.Descriptor instead.
 func (*Finish) Descriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{6}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Finish) GetSucceeded() bool {
@@ -555,7 +612,7 @@ type ReportProgressResponse struct {
 
 func (x *ReportProgressResponse) Reset() {
 	*x = ReportProgressResponse{}
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[7]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -567,7 +624,7 @@ func (x *ReportProgressResponse) String() string {
 func (*ReportProgressResponse) ProtoMessage() {}
 
 func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[7]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -580,7 +637,7 @@ func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressResponse.ProtoReflect.Descriptor instead.
 func (*ReportProgressResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{7}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{8}
 }
 
 // WatchAdmissionsRequest opens the decision stream.
@@ -598,7 +655,7 @@ type WatchAdmissionsRequest struct {
 
 func (x *WatchAdmissionsRequest) Reset() {
 	*x = WatchAdmissionsRequest{}
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[8]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -610,7 +667,7 @@ func (x *WatchAdmissionsRequest) String() string {
 func (*WatchAdmissionsRequest) ProtoMessage() {}
 
 func (x *WatchAdmissionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[8]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -623,7 +680,7 @@ func (x *WatchAdmissionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAdmissionsRequest.ProtoReflect.Descriptor instead.
 func (*WatchAdmissionsRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{8}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *WatchAdmissionsRequest) GetResumeRevision() string {
@@ -654,7 +711,7 @@ type Shard struct {
 
 func (x *Shard) Reset() {
 	*x = Shard{}
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[9]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -666,7 +723,7 @@ func (x *Shard) String() string {
 func (*Shard) ProtoMessage() {}
 
 func (x *Shard) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[9]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -679,7 +736,7 @@ func (x *Shard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shard.ProtoReflect.Descriptor instead.
 func (*Shard) Descriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{9}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Shard) GetIndex() uint32 {
@@ -711,7 +768,7 @@ type WatchAdmissionsResponse struct {
 
 func (x *WatchAdmissionsResponse) Reset() {
 	*x = WatchAdmissionsResponse{}
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[10]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -723,7 +780,7 @@ func (x *WatchAdmissionsResponse) String() string {
 func (*WatchAdmissionsResponse) ProtoMessage() {}
 
 func (x *WatchAdmissionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[10]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -736,7 +793,7 @@ func (x *WatchAdmissionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAdmissionsResponse.ProtoReflect.Descriptor instead.
 func (*WatchAdmissionsResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{10}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WatchAdmissionsResponse) GetKind() WatchAdmissionsResponse_Kind {
@@ -790,7 +847,7 @@ type Decision struct {
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[11]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -802,7 +859,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[11]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -815,7 +872,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{11}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Decision) GetWorkload() *v1.WorkloadRef {
@@ -891,13 +948,19 @@ const file_sluice_admitter_v1_admitter_proto_rawDesc = "" +
 	"\n" +
 	"queue_name\x18\x02 \x01(\tR\tqueueName\"2\n" +
 	"\x16UpdateWorkloadResponse\x12\x18\n" +
-	"\achanged\x18\x01 \x01(\bR\achanged\"\xdd\x02\n" +
+	"\achanged\x18\x01 \x01(\bR\achanged\"\x94\x03\n" +
 	"\x15ReportProgressRequest\x122\n" +
 	"\bworkload\x18\x01 \x01(\v2\x16.sluice.v1.WorkloadRefR\bworkload\x12c\n" +
 	"\x0esucceeded_pods\x18\x02 \x03(\v2<.sluice.admitter.v1.ReportProgressRequest.SucceededPodsEntryR\rsucceededPods\x122\n" +
 	"\x06finish\x18\x03 \x01(\v2\x1a.sluice.admitter.v1.FinishR\x06finish\x125\n" +
-	"\astopped\x18\x04 \x01(\v2\x1b.sluice.admitter.v1.StoppedR\astopped\x1a@\n" +
+	"\astopped\x18\x04 \x01(\v2\x1b.sluice.admitter.v1.StoppedR\astopped\x125\n" +
+	"\amissing\x18\x05 \x01(\v2\x1b.sluice.admitter.v1.MissingR\amissing\x1a@\n" +
 	"\x12SucceededPodsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"}\n" +
+	"\aMissing\x129\n" +
+	"\x04pods\x18\x01 \x03(\v2%.sluice.admitter.v1.Missing.PodsEntryR\x04pods\x1a7\n" +
+	"\tPodsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"0\n" +
 	"\aStopped\x12%\n" +
@@ -959,7 +1022,7 @@ func file_sluice_admitter_v1_admitter_proto_rawDescGZIP() []byte {
 }
 
 var file_sluice_admitter_v1_admitter_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sluice_admitter_v1_admitter_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_sluice_admitter_v1_admitter_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_sluice_admitter_v1_admitter_proto_goTypes = []any{
 	(WatchAdmissionsResponse_Kind)(0), // 0: sluice.admitter.v1.WatchAdmissionsResponse.Kind
 	(Decision_Action)(0),              // 1: sluice.admitter.v1.Decision.Action
@@ -968,48 +1031,52 @@ var file_sluice_admitter_v1_admitter_proto_goTypes = []any{
 	(*UpdateWorkloadRequest)(nil),     // 4: sluice.admitter.v1.UpdateWorkloadRequest
 	(*UpdateWorkloadResponse)(nil),    // 5: sluice.admitter.v1.UpdateWorkloadResponse
 	(*ReportProgressRequest)(nil),     // 6: sluice.admitter.v1.ReportProgressRequest
-	(*Stopped)(nil),                   // 7: sluice.admitter.v1.Stopped
-	(*Finish)(nil),                    // 8: sluice.admitter.v1.Finish
-	(*ReportProgressResponse)(nil),    // 9: sluice.admitter.v1.ReportProgressResponse
-	(*WatchAdmissionsRequest)(nil),    // 10: sluice.admitter.v1.WatchAdmissionsRequest
-	(*Shard)(nil),                     // 11: sluice.admitter.v1.Shard
-	(*WatchAdmissionsResponse)(nil),   // 12: sluice.admitter.v1.WatchAdmissionsResponse
-	(*Decision)(nil),                  // 13: sluice.admitter.v1.Decision
-	nil,                               // 14: sluice.admitter.v1.ReportProgressRequest.SucceededPodsEntry
-	nil,                               // 15: sluice.admitter.v1.Decision.PodSetCountsEntry
-	(*v1.Workload)(nil),               // 16: sluice.v1.Workload
-	(*v1.WorkloadRef)(nil),            // 17: sluice.v1.WorkloadRef
-	(*v1.PodSetInfo)(nil),             // 18: sluice.v1.PodSetInfo
-	(*timestamppb.Timestamp)(nil),     // 19: google.protobuf.Timestamp
+	(*Missing)(nil),                   // 7: sluice.admitter.v1.Missing
+	(*Stopped)(nil),                   // 8: sluice.admitter.v1.Stopped
+	(*Finish)(nil),                    // 9: sluice.admitter.v1.Finish
+	(*ReportProgressResponse)(nil),    // 10: sluice.admitter.v1.ReportProgressResponse
+	(*WatchAdmissionsRequest)(nil),    // 11: sluice.admitter.v1.WatchAdmissionsRequest
+	(*Shard)(nil),                     // 12: sluice.admitter.v1.Shard
+	(*WatchAdmissionsResponse)(nil),   // 13: sluice.admitter.v1.WatchAdmissionsResponse
+	(*Decision)(nil),                  // 14: sluice.admitter.v1.Decision
+	nil,                               // 15: sluice.admitter.v1.ReportProgressRequest.SucceededPodsEntry
+	nil,                               // 16: sluice.admitter.v1.Missing.PodsEntry
+	nil,                               // 17: sluice.admitter.v1.Decision.PodSetCountsEntry
+	(*v1.Workload)(nil),               // 18: sluice.v1.Workload
+	(*v1.WorkloadRef)(nil),            // 19: sluice.v1.WorkloadRef
+	(*v1.PodSetInfo)(nil),             // 20: sluice.v1.PodSetInfo
+	(*timestamppb.Timestamp)(nil),     // 21: google.protobuf.Timestamp
 }
 var file_sluice_admitter_v1_admitter_proto_depIdxs = []int32{
-	16, // 0: sluice.admitter.v1.SubmitWorkloadRequest.workload:type_name -> sluice.v1.Workload
-	17, // 1: sluice.admitter.v1.UpdateWorkloadRequest.workload:type_name -> sluice.v1.WorkloadRef
-	17, // 2: sluice.admitter.v1.ReportProgressRequest.workload:type_name -> sluice.v1.WorkloadRef
-	14, // 3: sluice.admitter.v1.ReportProgressRequest.succeeded_pods:type_name -> sluice.admitter.v1.ReportProgressRequest.SucceededPodsEntry
-	8,  // 4: sluice.admitter.v1.ReportProgressRequest.finish:type_name -> sluice.admitter.v1.Finish
-	7,  // 5: sluice.admitter.v1.ReportProgressRequest.stopped:type_name -> sluice.admitter.v1.Stopped
-	11, // 6: sluice.admitter.v1.WatchAdmissionsRequest.shard:type_name -> sluice.admitter.v1.Shard
-	0,  // 7: sluice.admitter.v1.WatchAdmissionsResponse.kind:type_name -> sluice.admitter.v1.WatchAdmissionsResponse.Kind
-	13, // 8: sluice.admitter.v1.WatchAdmissionsResponse.decisions:type_name -> sluice.admitter.v1.Decision
-	17, // 9: sluice.admitter.v1.Decision.workload:type_name -> sluice.v1.WorkloadRef
-	1,  // 10: sluice.admitter.v1.Decision.action:type_name -> sluice.admitter.v1.Decision.Action
-	18, // 11: sluice.admitter.v1.Decision.pod_set_infos:type_name -> sluice.v1.PodSetInfo
-	15, // 12: sluice.admitter.v1.Decision.pod_set_counts:type_name -> sluice.admitter.v1.Decision.PodSetCountsEntry
-	19, // 13: sluice.admitter.v1.Decision.admitted_at:type_name -> google.protobuf.Timestamp
-	2,  // 14: sluice.admitter.v1.AdmitterService.SubmitWorkload:input_type -> sluice.admitter.v1.SubmitWorkloadRequest
-	6,  // 15: sluice.admitter.v1.AdmitterService.ReportProgress:input_type -> sluice.admitter.v1.ReportProgressRequest
-	4,  // 16: sluice.admitter.v1.AdmitterService.UpdateWorkload:input_type -> sluice.admitter.v1.UpdateWorkloadRequest
-	10, // 17: sluice.admitter.v1.AdmitterService.WatchAdmissions:input_type -> sluice.admitter.v1.WatchAdmissionsRequest
-	3,  // 18: sluice.admitter.v1.AdmitterService.SubmitWorkload:output_type -> sluice.admitter.v1.SubmitWorkloadResponse
-	9,  // 19: sluice.admitter.v1.AdmitterService.ReportProgress:output_type -> sluice.admitter.v1.ReportProgressResponse
-	5,  // 20: sluice.admitter.v1.AdmitterService.UpdateWorkload:output_type -> sluice.admitter.v1.UpdateWorkloadResponse
-	12, // 21: sluice.admitter.v1.AdmitterService.WatchAdmissions:output_type -> sluice.admitter.v1.WatchAdmissionsResponse
-	18, // [18:22] is the sub-list for method output_type
-	14, // [14:18] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	18, // 0: sluice.admitter.v1.SubmitWorkloadRequest.workload:type_name -> sluice.v1.Workload
+	19, // 1: sluice.admitter.v1.UpdateWorkloadRequest.workload:type_name -> sluice.v1.WorkloadRef
+	19, // 2: sluice.admitter.v1.ReportProgressRequest.workload:type_name -> sluice.v1.WorkloadRef
+	15, // 3: sluice.admitter.v1.ReportProgressRequest.succeeded_pods:type_name -> sluice.admitter.v1.ReportProgressRequest.SucceededPodsEntry
+	9,  // 4: sluice.admitter.v1.ReportProgressRequest.finish:type_name -> sluice.admitter.v1.Finish
+	8,  // 5: sluice.admitter.v1.ReportProgressRequest.stopped:type_name -> sluice.admitter.v1.Stopped
+	7,  // 6: sluice.admitter.v1.ReportProgressRequest.missing:type_name -> sluice.admitter.v1.Missing
+	16, // 7: sluice.admitter.v1.Missing.pods:type_name -> sluice.admitter.v1.Missing.PodsEntry
+	12, // 8: sluice.admitter.v1.WatchAdmissionsRequest.shard:type_name -> sluice.admitter.v1.Shard
+	0,  // 9: sluice.admitter.v1.WatchAdmissionsResponse.kind:type_name -> sluice.admitter.v1.WatchAdmissionsResponse.Kind
+	14, // 10: sluice.admitter.v1.WatchAdmissionsResponse.decisions:type_name -> sluice.admitter.v1.Decision
+	19, // 11: sluice.admitter.v1.Decision.workload:type_name -> sluice.v1.WorkloadRef
+	1,  // 12: sluice.admitter.v1.Decision.action:type_name -> sluice.admitter.v1.Decision.Action
+	20, // 13: sluice.admitter.v1.Decision.pod_set_infos:type_name -> sluice.v1.PodSetInfo
+	17, // 14: sluice.admitter.v1.Decision.pod_set_counts:type_name -> sluice.admitter.v1.Decision.PodSetCountsEntry
+	21, // 15: sluice.admitter.v1.Decision.admitted_at:type_name -> google.protobuf.Timestamp
+	2,  // 16: sluice.admitter.v1.AdmitterService.SubmitWorkload:input_type -> sluice.admitter.v1.SubmitWorkloadRequest
+	6,  // 17: sluice.admitter.v1.AdmitterService.ReportProgress:input_type -> sluice.admitter.v1.ReportProgressRequest
+	4,  // 18: sluice.admitter.v1.AdmitterService.UpdateWorkload:input_type -> sluice.admitter.v1.UpdateWorkloadRequest
+	11, // 19: sluice.admitter.v1.AdmitterService.WatchAdmissions:input_type -> sluice.admitter.v1.WatchAdmissionsRequest
+	3,  // 20: sluice.admitter.v1.AdmitterService.SubmitWorkload:output_type -> sluice.admitter.v1.SubmitWorkloadResponse
+	10, // 21: sluice.admitter.v1.AdmitterService.ReportProgress:output_type -> sluice.admitter.v1.ReportProgressResponse
+	5,  // 22: sluice.admitter.v1.AdmitterService.UpdateWorkload:output_type -> sluice.admitter.v1.UpdateWorkloadResponse
+	13, // 23: sluice.admitter.v1.AdmitterService.WatchAdmissions:output_type -> sluice.admitter.v1.WatchAdmissionsResponse
+	20, // [20:24] is the sub-list for method output_type
+	16, // [16:20] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_sluice_admitter_v1_admitter_proto_init() }
@@ -1023,7 +1090,7 @@ func file_sluice_admitter_v1_admitter_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_admitter_v1_admitter_proto_rawDesc), len(file_sluice_admitter_v1_admitter_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

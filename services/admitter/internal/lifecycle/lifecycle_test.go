@@ -9,6 +9,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
+	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
 )
 
 func TestRecordSucceededOnlyGrows(t *testing.T) {
@@ -103,5 +104,34 @@ func TestPendingChecksKeepRetryCounts(t *testing.T) {
 	}
 	if pendingChecks(orig, nil, metav1.Now()) != nil {
 		t.Fatal("no checks, want nil")
+	}
+}
+
+func TestRecordMissing(t *testing.T) {
+	tests := []struct {
+		name    string
+		before  []metav1.Condition
+		missing map[string]int32
+		want    metav1.ConditionStatus // "" for no condition
+		message string
+	}{
+		{"a group that never lost a pod: no condition", nil, map[string]int32{}, "", ""},
+		{"pods missing", nil, map[string]int32{"bbbb": 2, "aaaa": 1, "cccc": 0}, metav1.ConditionTrue,
+			"waiting for replacement pods: 1 of pod set aaaa, 2 of pod set bbbb"},
+		{"replaced again", []metav1.Condition{{Type: v1alpha1.WorkloadWaitingForReplacementPods, Status: metav1.ConditionTrue}},
+			map[string]int32{}, metav1.ConditionFalse, "every failed pod was replaced"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			wl := &v1alpha1.Workload{Status: v1alpha1.WorkloadStatus{Conditions: tt.before}}
+			recordMissing(wl, tt.missing)
+			c := workload.Condition(wl, v1alpha1.WorkloadWaitingForReplacementPods)
+			switch {
+			case tt.want == "" && c != nil:
+				t.Fatalf("condition %+v, want none", c)
+			case tt.want != "" && (c == nil || c.Status != tt.want || c.Message != tt.message):
+				t.Fatalf("condition %+v, want %s %q", c, tt.want, tt.message)
+			}
+		})
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -100,6 +102,9 @@ type Progress struct {
 	// eviction of reservation StoppedReservation (empty for a deletion).
 	Stopped            bool
 	StoppedReservation string
+	// Missing, when not nil, counts per pod set the pods a group waits for
+	// (failed, not replaced yet).
+	Missing map[string]int32
 }
 
 // maxReportAttempts bounds the retries of a progress write that lost a
@@ -132,6 +137,9 @@ func (w *Writer) reportOnce(ctx context.Context, key types.NamespacedName, p Pro
 	}
 	wl := orig.DeepCopy()
 	recordSucceeded(wl, p.Succeeded)
+	if p.Missing != nil && !workload.IsFinished(wl) {
+		recordMissing(wl, p.Missing)
+	}
 	finishing := p.Finished && !workload.IsFinished(wl)
 	if finishing {
 		reason, msg := v1alpha1.ReasonFailed, "the workload failed"
@@ -173,6 +181,28 @@ func (w *Writer) stoppedLocked(ctx context.Context, wl *v1alpha1.Workload, reser
 		return w.Release(ctx, wl, wl, Eviction{Reason: c.Reason, Message: c.Message, requeued: true})
 	}
 	return nil
+}
+
+// recordMissing sets the WaitingForReplacementPods condition from the
+// pods missing per pod set: True naming them while any is, False once none
+// is (only when the condition was ever set, so groups that never lose a pod
+// cost no write).
+func recordMissing(wl *v1alpha1.Workload, missing map[string]int32) {
+	var parts []string
+	for _, name := range slices.Sorted(maps.Keys(missing)) {
+		if n := missing[name]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d of pod set %s", n, name))
+		}
+	}
+	if len(parts) > 0 {
+		workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadWaitingForReplacementPods, metav1.ConditionTrue,
+			v1alpha1.ReasonPodsMissing, "waiting for replacement pods: "+strings.Join(parts, ", "), wl.Generation)
+		return
+	}
+	if workload.Condition(wl, v1alpha1.WorkloadWaitingForReplacementPods) != nil {
+		workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadWaitingForReplacementPods, metav1.ConditionFalse,
+			v1alpha1.ReasonAllPodsPresent, "every failed pod was replaced", wl.Generation)
+	}
 }
 
 // recordSucceeded raises status.reclaimablePods to the reported counts

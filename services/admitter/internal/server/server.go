@@ -93,6 +93,15 @@ func (s *Server) ReportProgress(ctx context.Context, req *admitterv1.ReportProgr
 	if st := req.GetStopped(); st != nil {
 		p.Stopped, p.StoppedReservation = true, st.GetReservationId()
 	}
+	if m := req.GetMissing(); m != nil {
+		p.Missing = map[string]int32{}
+		for name, n := range m.GetPods() {
+			if n < 0 {
+				return nil, status.Errorf(codes.InvalidArgument, "missing.pods[%q] %d: must not be negative", name, n)
+			}
+			p.Missing[name] = n
+		}
+	}
 	if err := s.admitter.ReportProgress(ctx, types.NamespacedName{Namespace: ref.GetNamespace(), Name: ref.GetName()}, p); err != nil {
 		return nil, toStatus(err)
 	}

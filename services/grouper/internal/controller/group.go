@@ -49,8 +49,11 @@ type groupState struct {
 	warned string
 	// finished: the group's end was reported.
 	finished bool
-	// succeeded is the count of succeeded pods per role last reported.
+	// succeeded is the count of succeeded pods per role last reported, and
+	// missing the pods missing per role last reported (printed; empty when
+	// none was ever reported).
 	succeeded map[string]int32
+	missing   string
 }
 
 // groupStates holds groupState by group.
@@ -267,6 +270,10 @@ func (r *Reconciler) ungateMember(ctx context.Context, pod *corev1.Pod, key work
 	for _, p := range state.Replaced {
 		r.wake <- event.TypedGenericEvent[*corev1.Pod]{Object: p}
 	}
+	ref := &sluicev1.WorkloadRef{Namespace: key.Namespace, Name: key.Name, Uid: entry.decision.GetWorkload().GetUid()}
+	if err := r.reportState(ctx, key, ref, state); err != nil {
+		return reconcile.Result{}, err
+	}
 	hash, err := workload.RoleHash(pod)
 	if err == nil {
 		var info *sluicev1.PodSetInfo
@@ -319,7 +326,7 @@ func (r *Reconciler) groupProgress(ctx context.Context, pod *corev1.Pod, key wor
 		}
 		return reconcile.Result{}, r.removeFinalizer(ctx, pod)
 	}
-	if err := r.reportSucceeded(ctx, key, ref, state.Succeeded); err != nil {
+	if err := r.reportState(ctx, key, ref, state); err != nil {
 		return reconcile.Result{}, err
 	}
 	for _, p := range state.Replaced {
@@ -352,30 +359,36 @@ func (r *Reconciler) reportGroupFinish(ctx context.Context, pod *corev1.Pod, key
 	return true, nil
 }
 
-// reportSucceeded reports the group's succeeded pods per role when they
-// changed, so their quota is released while the others run.
-func (r *Reconciler) reportSucceeded(ctx context.Context, key workload.Key, ref *sluicev1.WorkloadRef, succeeded map[string]int32) error {
-	changed := false
+// reportState reports, in one call and only when they changed, the
+// group's succeeded pods per role (their quota is released while the
+// others run) and the pods it waits for (failed, not replaced yet).
+func (r *Reconciler) reportState(ctx context.Context, key workload.Key, ref *sluicev1.WorkloadRef, state *group.State) error {
+	req := &admitterv1.ReportProgressRequest{Workload: ref}
+	missing := fmt.Sprint(state.Missing)
 	r.groups.update(key, func(g *groupState) {
-		for role, n := range succeeded {
+		for role, n := range state.Succeeded {
 			if g.succeeded[role] < n {
-				changed = true
+				req.SucceededPods = state.Succeeded
 			}
 		}
+		if g.missing != missing && (g.missing != "" || len(state.Missing) > 0) {
+			req.Missing = &admitterv1.Missing{Pods: state.Missing}
+		}
 	})
-	if !changed {
+	if req.SucceededPods == nil && req.Missing == nil {
 		return nil
 	}
-	if err := r.progress(ctx, nil, ref, &admitterv1.ReportProgressRequest{Workload: ref, SucceededPods: succeeded}); err != nil {
+	if err := r.progress(ctx, nil, ref, req); err != nil {
 		return err
 	}
 	r.groups.update(key, func(g *groupState) {
 		if g.succeeded == nil {
 			g.succeeded = map[string]int32{}
 		}
-		for role, n := range succeeded {
+		for role, n := range state.Succeeded {
 			g.succeeded[role] = max(g.succeeded[role], n)
 		}
+		g.missing = missing
 	})
 	return nil
 }
