@@ -21,7 +21,7 @@ all: build
 ##@ Running
 
 .PHONY: run
-run: build cluster-build ## Start the control plane and sluice, then walk a pod through it.
+run: build cluster-build ## Start the control plane and sluice, then walk a pod and a pod group through it.
 	hack/sluice-up.sh --demo
 
 .PHONY: up

@@ -1,7 +1,9 @@
 // Command sluice-demo creates the KEP-976 Story 1 sample and prints, as they
 // happen, the steps its pod goes through: gated, queued, quota reserved,
 // checked, admitted, ungated with the check's updates, scheduled, running,
-// succeeded, and its quota released. `make run` calls it.
+// succeeded, and its quota released. Then it does the same for the Story 2
+// sample, a group of pods created together and admitted whole. `make run`
+// calls it.
 package main
 
 import (
@@ -28,19 +30,19 @@ import (
 
 func main() {
 	kubeconfig := flag.String("kubeconfig", "", "path to the kubeconfig (default: $KUBECONFIG)")
-	samples := flag.String("samples", "deploy/samples", "directory holding story1-pod.yaml")
+	samples := flag.String("samples", "deploy/samples", "directory holding story1-pod.yaml and story2-group.yaml")
 	timeout := flag.Duration("timeout", 2*time.Minute, "how long to wait for the pod to finish")
 	flag.Parse()
 
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	if err := run(ctx, *kubeconfig, filepath.Join(*samples, "story1-pod.yaml")); err != nil {
+	if err := run(ctx, *kubeconfig, *samples); err != nil {
 		fmt.Fprintf(os.Stderr, "sluice-demo: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, kubeconfig, podFile string) error {
+func run(ctx context.Context, kubeconfig, samples string) error {
 	cfg, err := kube.RESTConfig(kubeconfig, 50, 100, "sluice-demo")
 	if err != nil {
 		return err
@@ -54,7 +56,7 @@ func run(ctx context.Context, kubeconfig, podFile string) error {
 		return fmt.Errorf("creating client: %w", err)
 	}
 
-	pod, err := readPod(podFile)
+	pod, err := readPod(filepath.Join(samples, "story1-pod.yaml"))
 	if err != nil {
 		return err
 	}
@@ -69,7 +71,10 @@ func run(ctx context.Context, kubeconfig, podFile string) error {
 	fmt.Printf("\ncreated pod %s/%s in queue %q\n", pod.Namespace, pod.Name, pod.Labels[podkeys.QueueNameLabel])
 
 	p := &progress{start: start, seen: map[string]bool{}, initialTolerations: pod.Spec.Tolerations}
-	return p.follow(ctx, c, pod)
+	if err := p.follow(ctx, c, pod); err != nil {
+		return err
+	}
+	return runGroup(ctx, c, filepath.Join(samples, "story2-group.yaml"))
 }
 
 // follow watches the pod and the Workloads of its namespace and prints each

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dto "github.com/prometheus/client_model/go"
@@ -243,6 +244,8 @@ func TestPodsLeftAlone(t *testing.T) {
 		{name: "no queue and no default queue", pod: newPod("team-b", "plain", nil, nil)},
 		{name: "kube-system", pod: newPod("kube-system", "queued", map[string]string{podkeys.QueueNameLabel: "q"}, nil)},
 		{name: "sluice's own namespace", pod: newPod("sluice-system", "queued", map[string]string{podkeys.QueueNameLabel: "q"}, nil)},
+		{name: "a Job's pod, queued with its Job", pod: ownedBy(newPod("team-b", "job-pod", map[string]string{podkeys.QueueNameLabel: "q"}, nil),
+			"batch/v1", "Job")},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -252,6 +255,14 @@ func TestPodsLeftAlone(t *testing.T) {
 			assertUntouched(t, tc.pod)
 		})
 	}
+}
+
+// ownedBy makes pod controlled by an object of apiVersion and kind.
+func ownedBy(pod *corev1.Pod, apiVersion, kind string) *corev1.Pod {
+	pod.OwnerReferences = []metav1.OwnerReference{{
+		APIVersion: apiVersion, Kind: kind, Name: "owner", UID: "0c4b8a2e-4f1e-4f39-9d43-5d2b0e8d0a11", Controller: ptr.To(true),
+	}}
+	return pod
 }
 
 func TestDefaultLocalQueue(t *testing.T) {

@@ -13,6 +13,8 @@ import (
 
 	"gomodules.xyz/jsonpatch/v2"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/sluice-dev/sluice/pkg/podkeys"
 	"github.com/sluice-dev/sluice/pkg/rolehash"
@@ -35,12 +37,52 @@ type Decision struct {
 // Managed reports whether sluice queues the pod.
 func (d Decision) Managed() bool { return d.Queue != "" || d.Defaulted }
 
-// Decide returns the decision for a pod in a managed namespace. A pod that
-// carries the queue-name label is queued on it (an invalid value is left to
+// IntegratedOwners are the workload kinds with a queueing integration of
+// their own: the whole job is queued, not its pods, so a pod whose
+// controller is one of them is left alone. A pod controlled by another pod
+// (a Spark executor by its driver) is queued like any other.
+var IntegratedOwners = []schema.GroupKind{
+	{Group: "batch", Kind: "Job"},
+	{Group: "apps", Kind: "ReplicaSet"},
+	{Group: "apps", Kind: "StatefulSet"},
+	{Group: "jobset.x-k8s.io", Kind: "JobSet"},
+	{Group: "leaderworkerset.x-k8s.io", Kind: "LeaderWorkerSet"},
+	{Group: "kubeflow.org", Kind: "MPIJob"},
+	{Group: "kubeflow.org", Kind: "PyTorchJob"},
+	{Group: "kubeflow.org", Kind: "TFJob"},
+	{Group: "kubeflow.org", Kind: "XGBoostJob"},
+	{Group: "kubeflow.org", Kind: "PaddleJob"},
+	{Group: "kubeflow.org", Kind: "JAXJob"},
+	{Group: "trainer.kubeflow.org", Kind: "TrainJob"},
+	{Group: "ray.io", Kind: "RayCluster"},
+	{Group: "ray.io", Kind: "RayJob"},
+	{Group: "workload.codeflare.dev", Kind: "AppWrapper"},
+}
+
+// integratedOwner returns the controller of pod when it is one of
+// IntegratedOwners.
+func integratedOwner(pod *corev1.Pod) (metav1.OwnerReference, bool) {
+	ref := metav1.GetControllerOf(pod)
+	if ref == nil {
+		return metav1.OwnerReference{}, false
+	}
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	if err != nil {
+		return metav1.OwnerReference{}, false
+	}
+	return *ref, slices.Contains(IntegratedOwners, schema.GroupKind{Group: gv.Group, Kind: ref.Kind})
+}
+
+// Decide returns the decision for a pod in a managed namespace. A pod
+// controlled by one of IntegratedOwners is not queued. A pod that carries
+// the queue-name label is queued on it (an invalid value is left to
 // validation to reject); otherwise the pod is queued on DefaultQueue when
 // defaultExists reports that such a LocalQueue exists. defaultExists is only
 // called when needed.
 func Decide(pod *corev1.Pod, defaultExists func() (bool, error)) (Decision, error) {
+	if _, ok := integratedOwner(pod); ok {
+		return Decision{}, nil
+	}
 	if queue, ok := pod.Labels[podkeys.QueueNameLabel]; ok {
 		return Decision{Queue: queue}, nil
 	}

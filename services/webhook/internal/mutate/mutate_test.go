@@ -28,6 +28,36 @@ func newPod(labels map[string]string) *corev1.Pod {
 	}
 }
 
+func TestDecideLeavesPodsOfIntegratedOwnersAlone(t *testing.T) {
+	owned := func(apiVersion, kind string, controller bool) *corev1.Pod {
+		p := newPod(map[string]string{podkeys.QueueNameLabel: "q"})
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: apiVersion, Kind: kind, Name: "owner", UID: "u", Controller: &controller}}
+		return p
+	}
+	tests := []struct {
+		name    string
+		pod     *corev1.Pod
+		managed bool
+	}{
+		{"Job", owned("batch/v1", "Job", true), false},
+		{"JobSet", owned("jobset.x-k8s.io/v1alpha2", "JobSet", true), false},
+		{"ReplicaSet", owned("apps/v1", "ReplicaSet", true), false},
+		{"StatefulSet", owned("apps/v1", "StatefulSet", true), false},
+		{"RayCluster", owned("ray.io/v1", "RayCluster", true), false},
+		{"a Spark executor controlled by its driver pod", owned("v1", "Pod", true), true},
+		{"a Job that owns without controlling", owned("batch/v1", "Job", false), true},
+		{"a kind of the same name in another group", owned("example.com/v1", "Job", true), true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Decide(tc.pod, func() (bool, error) { return false, nil })
+			if err != nil || got.Managed() != tc.managed {
+				t.Fatalf("Decide = %+v, %v; want managed %v", got, err, tc.managed)
+			}
+		})
+	}
+}
+
 func TestDecide(t *testing.T) {
 	errLookup := errors.New("cache down")
 	tests := []struct {
