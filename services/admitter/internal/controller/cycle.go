@@ -7,7 +7,9 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 	"github.com/sluice-dev/sluice/services/admitter/internal/lifecycle"
 )
 
@@ -51,6 +53,7 @@ func (a *Admitter) cycleLoop(ctx context.Context) {
 // quota back to the scheduler), and the waiting messages.
 func (a *Admitter) cycle(ctx context.Context) {
 	start := time.Now()
+	a.syncQueues(ctx)
 	plan := a.sched.Cycle(start)
 	if !plan.Wake.IsZero() {
 		a.triggerCycleAt(plan.Wake)
@@ -85,4 +88,37 @@ func (a *Admitter) cycle(ctx context.Context) {
 		a.triggerCycle()
 	}
 	a.cfg.Metrics.CycleDuration.Observe(time.Since(start).Seconds())
+}
+
+// syncQueues hands the scheduler the queues, flavors and checks as the
+// cache holds them now. The informer updates its cache before it runs the
+// handlers that tell the scheduler, so without this a cycle started by a
+// workload right after a queue changed could plan against the old queue.
+// The reads share the cache's objects (no copies), and the scheduler
+// ignores versions it has seen, so this costs a pass over the queues.
+func (a *Admitter) syncQueues(ctx context.Context) {
+	var cqs v1alpha1.ClusterQueueList
+	if err := a.cfg.Cache.List(ctx, &cqs, client.UnsafeDisableDeepCopy); err == nil {
+		for i := range cqs.Items {
+			a.sched.SetClusterQueue(&cqs.Items[i])
+		}
+	}
+	var lqs v1alpha1.LocalQueueList
+	if err := a.cfg.Cache.List(ctx, &lqs, client.UnsafeDisableDeepCopy); err == nil {
+		for i := range lqs.Items {
+			a.sched.SetLocalQueue(&lqs.Items[i])
+		}
+	}
+	var rfs v1alpha1.ResourceFlavorList
+	if err := a.cfg.Cache.List(ctx, &rfs, client.UnsafeDisableDeepCopy); err == nil {
+		for i := range rfs.Items {
+			a.sched.SetFlavor(&rfs.Items[i])
+		}
+	}
+	var acs v1alpha1.AdmissionCheckList
+	if err := a.cfg.Cache.List(ctx, &acs, client.UnsafeDisableDeepCopy); err == nil {
+		for i := range acs.Items {
+			a.sched.SetCheck(&acs.Items[i])
+		}
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
+	"github.com/sluice-dev/sluice/services/admitter/internal/store"
 )
 
 // The queue, flavor, check and namespace events. Status-only updates (the
@@ -26,8 +27,11 @@ func (s *Scheduler) SetClusterQueue(obj *v1alpha1.ClusterQueue) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cq := s.clusterQueues[obj.Name]
-	if cq != nil && cq.spec.UID == obj.UID && cq.spec.Generation == obj.Generation {
-		cq.spec = obj
+	if cq != nil && cq.spec.UID == obj.UID && obj.Generation <= cq.spec.Generation {
+		// Nothing admission reads changed (or a late, older event).
+		if obj.Generation == cq.spec.Generation {
+			cq.spec = obj
+		}
 		return
 	}
 	if cq == nil {
@@ -67,8 +71,10 @@ func (s *Scheduler) SetLocalQueue(obj *v1alpha1.LocalQueue) {
 	defer s.mu.Unlock()
 	key := types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}
 	lq := s.localQueues[key]
-	if lq != nil && lq.lq.UID == obj.UID && lq.lq.Generation == obj.Generation {
-		lq.lq = obj
+	if lq != nil && lq.lq.UID == obj.UID && obj.Generation <= lq.lq.Generation {
+		if obj.Generation == lq.lq.Generation {
+			lq.lq = obj
+		}
 		return
 	}
 	if lq == nil {
@@ -94,8 +100,10 @@ func (s *Scheduler) DeleteLocalQueue(key types.NamespacedName) {
 func (s *Scheduler) SetFlavor(obj *v1alpha1.ResourceFlavor) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if cur := s.flavors[obj.Name]; cur != nil && cur.UID == obj.UID && cur.Generation == obj.Generation {
-		s.flavors[obj.Name] = obj
+	if cur := s.flavors[obj.Name]; cur != nil && cur.UID == obj.UID && obj.Generation <= cur.Generation {
+		if obj.Generation == cur.Generation {
+			s.flavors[obj.Name] = obj
+		}
 		return
 	}
 	s.flavors[obj.Name] = obj
@@ -138,6 +146,9 @@ func namesFlavor(cq *v1alpha1.ClusterQueue, name string) bool {
 func (s *Scheduler) SetCheck(obj *v1alpha1.AdmissionCheck) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if cur := s.checks[obj.Name]; cur != nil && cur.UID == obj.UID && !store.Newer(obj.ResourceVersion, cur.ResourceVersion) {
+		return // seen already (status included), or older
+	}
 	s.checks[obj.Name] = obj
 	s.checkChanged(obj.Name)
 }
