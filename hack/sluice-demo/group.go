@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -32,6 +33,12 @@ func runGroup(ctx context.Context, c client.WithWatch, file string) error {
 			return err
 		}
 	}
+	// The Workload of an earlier run's group goes with its pods, through
+	// garbage collection; a new group of the same name must not meet it.
+	group := pods[0].Labels[podkeys.PodGroupNameLabel]
+	if err := deleteWorkload(ctx, c, pods[0].Namespace, group); err != nil {
+		return err
+	}
 	start := time.Now()
 	var names []string
 	for _, pod := range pods {
@@ -40,7 +47,6 @@ func runGroup(ctx context.Context, c client.WithWatch, file string) error {
 		}
 		names = append(names, pod.Name)
 	}
-	group := pods[0].Labels[podkeys.PodGroupNameLabel]
 	fmt.Printf("\ncreated pod group %q: %s (total count %s)\n", group, strings.Join(names, ", "),
 		pods[0].Annotations[podkeys.PodGroupTotalCountAnnotation])
 	p := &progress{start: start, seen: map[string]bool{}}
@@ -52,16 +58,14 @@ func runGroup(ctx context.Context, c client.WithWatch, file string) error {
 func (p *progress) followGroup(ctx context.Context, c client.Client, ns, group string, size int) error {
 	for {
 		var wl sluicev1alpha1.Workload
-		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: group}, &wl); err == nil {
+		found := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: group}, &wl) == nil
+		if found {
 			var sets []string
 			for _, ps := range wl.Spec.PodSets {
 				sets = append(sets, fmt.Sprintf("%s×%d", ps.Name, ps.Count))
 			}
 			p.step("workload", "queued as one Workload %s with a pod set per role: %s", wl.Name, strings.Join(sets, ", "))
 			p.observeWorkload(&wl)
-			if meta.IsStatusConditionTrue(wl.Status.Conditions, sluicev1alpha1.WorkloadFinished) {
-				return p.awaitRelease(ctx, c, &wl)
-			}
 		}
 		var list corev1.PodList
 		if err := c.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{podkeys.PodGroupNameLabel: group}); err != nil {
@@ -94,6 +98,9 @@ func (p *progress) followGroup(ctx context.Context, c client.Client, ns, group s
 		if succeeded == size {
 			p.step("succeeded", "all %d pods succeeded", size)
 		}
+		if found && meta.IsStatusConditionTrue(wl.Status.Conditions, sluicev1alpha1.WorkloadFinished) {
+			return p.awaitRelease(ctx, c, &wl)
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("group %s did not finish in time; see .local/logs/", group)
@@ -123,4 +130,27 @@ func readPods(path string) ([]*corev1.Pod, error) {
 		return nil, fmt.Errorf("%s: want pods that all name a group", path)
 	}
 	return pods, nil
+}
+
+// deleteWorkload deletes the Workload ns/name, if any, and waits until it
+// is gone.
+func deleteWorkload(ctx context.Context, c client.Client, ns, name string) error {
+	wl := &sluicev1alpha1.Workload{}
+	wl.Namespace, wl.Name = ns, name
+	if err := c.Delete(ctx, wl); apierrors.IsNotFound(err) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("deleting the earlier demo's Workload %s: %w", name, err)
+	}
+	fmt.Printf("waiting for the Workload of an earlier run to go away...\n")
+	for {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(wl), wl); apierrors.IsNotFound(err) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the earlier demo's Workload %s was not deleted in time", name)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
