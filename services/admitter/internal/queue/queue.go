@@ -6,7 +6,6 @@ package queue
 
 import (
 	"cmp"
-	"slices"
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
@@ -44,11 +43,6 @@ func Compare(a, b *v1alpha1.Workload) int {
 		return c
 	}
 	return cmp.Compare(a.Name, b.Name)
-}
-
-// Sort orders workloads in place, first in line first.
-func Sort(workloads []*v1alpha1.Workload) {
-	slices.SortFunc(workloads, Compare)
 }
 
 // ReadyAt is when the workload may be queued again after an eviction; the

@@ -50,7 +50,7 @@ func TestSort(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			Sort(tc.in)
+			slices.SortFunc(tc.in, Compare)
 			var got []string
 			for _, w := range tc.in {
 				got = append(got, w.Name)

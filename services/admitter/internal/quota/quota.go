@@ -59,15 +59,6 @@ func (u Usage) Sub(o Usage) {
 	}
 }
 
-// Clone returns a deep copy of u.
-func (u Usage) Clone() Usage {
-	out := make(Usage, len(u))
-	for flavor, rl := range u {
-		out[flavor] = rl.DeepCopy()
-	}
-	return out
-}
-
 // Times returns requests multiplied by count, for every non-zero request.
 func Times(requests corev1.ResourceList, count int32) corev1.ResourceList {
 	out := make(corev1.ResourceList, len(requests))

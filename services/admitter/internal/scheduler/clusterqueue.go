@@ -38,8 +38,8 @@ type clusterQueue struct {
 	usage    quota.Usage
 	counts   Counts
 
-	heap    pendingHeap
-	parked  pendingHeap
+	heap    entryHeap
+	parked  entryHeap
 	retried map[types.NamespacedName]*entry
 	// awake: quota was freed since parked workloads were last tried.
 	awake bool
@@ -65,6 +65,8 @@ func newClusterQueue(name string) *clusterQueue {
 		name:     name,
 		usage:    quota.Usage{},
 		selector: labels.Everything(),
+		heap:     entryHeap{less: byQueueOrder},
+		parked:   entryHeap{less: byQueueOrder},
 		retried:  map[types.NamespacedName]*entry{},
 		shapes:   map[string]*shape{},
 		stuck:    map[types.NamespacedName]*entry{},
@@ -339,22 +341,32 @@ func freed(prev, cur quota.Usage) bool {
 	return false
 }
 
-// pendingHeap orders entries by queue.Compare, first in line on top.
-type pendingHeap struct{ items []*entry }
+// entryHeap holds entries ordered by less, first on top. An entry is in at
+// most one heap at a time (its placement says which), so one index field
+// serves every heap.
+type entryHeap struct {
+	items []*entry
+	less  func(a, b *entry) bool
+}
 
-func (h *pendingHeap) Len() int           { return len(h.items) }
-func (h *pendingHeap) Less(i, j int) bool { return queue.Compare(h.items[i].wl, h.items[j].wl) < 0 }
-func (h *pendingHeap) Swap(i, j int) {
+// byQueueOrder puts the first in line first; byRequeueTime the earliest
+// requeue.
+func byQueueOrder(a, b *entry) bool  { return queue.Compare(a.wl, b.wl) < 0 }
+func byRequeueTime(a, b *entry) bool { return a.fp.requeueAt.Before(b.fp.requeueAt) }
+
+func (h *entryHeap) Len() int           { return len(h.items) }
+func (h *entryHeap) Less(i, j int) bool { return h.less(h.items[i], h.items[j]) }
+func (h *entryHeap) Swap(i, j int) {
 	h.items[i], h.items[j] = h.items[j], h.items[i]
 	h.items[i].heapIndex = i
 	h.items[j].heapIndex = j
 }
-func (h *pendingHeap) Push(x any) {
+func (h *entryHeap) Push(x any) {
 	e := x.(*entry)
 	e.heapIndex = len(h.items)
 	h.items = append(h.items, e)
 }
-func (h *pendingHeap) Pop() any {
+func (h *entryHeap) Pop() any {
 	n := len(h.items) - 1
 	e := h.items[n]
 	h.items[n] = nil
@@ -363,56 +375,15 @@ func (h *pendingHeap) Pop() any {
 	return e
 }
 
-func (h *pendingHeap) push(e *entry) { heap.Push(h, e) }
+func (h *entryHeap) push(e *entry) { heap.Push(h, e) }
 
-func (h *pendingHeap) remove(e *entry) {
+func (h *entryHeap) remove(e *entry) {
 	if e.heapIndex >= 0 && e.heapIndex < len(h.items) && h.items[e.heapIndex] == e {
 		heap.Remove(h, e.heapIndex)
 	}
 }
 
-func (h *pendingHeap) peek() *entry {
-	if len(h.items) == 0 {
-		return nil
-	}
-	return h.items[0]
-}
-
-// heldQueue orders the held entries by requeue time, earliest on top.
-type heldQueue struct{ items []*entry }
-
-func (h *heldQueue) Len() int { return len(h.items) }
-func (h *heldQueue) Less(i, j int) bool {
-	return h.items[i].fp.requeueAt.Before(h.items[j].fp.requeueAt)
-}
-func (h *heldQueue) Swap(i, j int) {
-	h.items[i], h.items[j] = h.items[j], h.items[i]
-	h.items[i].heldIndex = i
-	h.items[j].heldIndex = j
-}
-func (h *heldQueue) Push(x any) {
-	e := x.(*entry)
-	e.heldIndex = len(h.items)
-	h.items = append(h.items, e)
-}
-func (h *heldQueue) Pop() any {
-	n := len(h.items) - 1
-	e := h.items[n]
-	h.items[n] = nil
-	h.items = h.items[:n]
-	e.heldIndex = -1
-	return e
-}
-
-func (h *heldQueue) push(e *entry) { heap.Push(h, e) }
-
-func (h *heldQueue) remove(e *entry) {
-	if e.heldIndex >= 0 && e.heldIndex < len(h.items) && h.items[e.heldIndex] == e {
-		heap.Remove(h, e.heldIndex)
-	}
-}
-
-func (h *heldQueue) peek() *entry {
+func (h *entryHeap) peek() *entry {
 	if len(h.items) == 0 {
 		return nil
 	}

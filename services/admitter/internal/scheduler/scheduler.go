@@ -48,7 +48,7 @@ type Scheduler struct {
 	byLocalQueue map[types.NamespacedName]map[types.NamespacedName]*entry
 	byAdmission  map[string]map[types.NamespacedName]*entry
 	// held are the pending workloads whose requeue time is still ahead.
-	held heldQueue
+	held entryHeap
 	// messages are the waiting workloads whose message changed since the
 	// last cycle (a queue that does not exist, a namespace that does not
 	// match, ...): the next Plan carries them.
@@ -76,6 +76,7 @@ func New() *Scheduler {
 		byLocalQueue:  map[types.NamespacedName]map[types.NamespacedName]*entry{},
 		byAdmission:   map[string]map[types.NamespacedName]*entry{},
 		messages:      map[types.NamespacedName]*entry{},
+		held:          entryHeap{less: byRequeueTime},
 		retired:       map[types.NamespacedName]mark{},
 	}
 }
@@ -122,8 +123,7 @@ type entry struct {
 	sent       string      // the message last handed out in a Plan
 	admittedIn string      // reserved only: the ClusterQueue of its admission
 	shape      string      // the resources it requests (see shapeOf)
-	heapIndex  int
-	heldIndex  int
+	heapIndex  int         // in whichever heap holds it
 	assumed    bool
 }
 
@@ -184,7 +184,7 @@ func (s *Scheduler) Observe(wl *v1alpha1.Workload) {
 			s.retired[key] = mark{wl.UID, wl.ResourceVersion}
 			return
 		}
-		e = &entry{key: key, heapIndex: -1, heldIndex: -1}
+		e = &entry{key: key, heapIndex: -1}
 		s.workloads[key] = e
 	}
 	e.wl, e.fp, e.assumed = wl, fp, false
@@ -302,7 +302,7 @@ func (s *Scheduler) place(e *entry) {
 	e.cq = cq
 	e.counted = countPending
 	cq.counts.add(countPending)
-	if !e.fp.requeueAt.IsZero() && e.fp.requeueAt.After(time.Now()) {
+	if !queue.ReadyAt(wl, time.Now()).IsZero() {
 		e.where = held
 		s.held.push(e)
 		return

@@ -255,11 +255,7 @@ func (r *Reconciler) warnGroup(key workload.Key, pods []*corev1.Pod, reason, msg
 // with the info of the pod set of its role — unless its role has all its
 // pods already: then it is excess and deleted.
 func (r *Reconciler) ungateMember(ctx context.Context, pod *corev1.Pod, key workload.Key, entry decisionEntry, st *podState) (reconcile.Result, error) {
-	pods, err := r.groupPods(ctx, key)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	state, err := group.Observe(entry.decision.GetPodSetCounts(), pods)
+	pods, state, ref, err := r.observeGroup(ctx, key, entry)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -270,7 +266,6 @@ func (r *Reconciler) ungateMember(ctx context.Context, pod *corev1.Pod, key work
 	for _, p := range state.Replaced {
 		r.wake <- event.TypedGenericEvent[*corev1.Pod]{Object: p}
 	}
-	ref := &sluicev1.WorkloadRef{Namespace: key.Namespace, Name: key.Name, Uid: entry.decision.GetWorkload().GetUid()}
 	if err := r.reportState(ctx, key, ref, state); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -289,6 +284,21 @@ func (r *Reconciler) ungateMember(ctx context.Context, pod *corev1.Pod, key work
 	return reconcile.Result{RequeueAfter: recheckAfter}, nil
 }
 
+// observeGroup reads an admitted group whole: its pods, what they say
+// against the admitted pod set counts, and the reference its reports use.
+func (r *Reconciler) observeGroup(ctx context.Context, key workload.Key, entry decisionEntry) ([]*corev1.Pod, *group.State, *sluicev1.WorkloadRef, error) {
+	pods, err := r.groupPods(ctx, key)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	state, err := group.Observe(entry.decision.GetPodSetCounts(), pods)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ref := &sluicev1.WorkloadRef{Namespace: key.Namespace, Name: key.Name, Uid: entry.decision.GetWorkload().GetUid()}
+	return pods, state, ref, nil
+}
+
 // groupProgress accounts for a pod of the group that ended (or will never
 // run). Under an admission the group is observed whole: its end is
 // reported once, and a pod's finalizer goes when the group ended, when a
@@ -302,15 +312,10 @@ func (r *Reconciler) groupProgress(ctx context.Context, pod *corev1.Pod, key wor
 	if !admitted {
 		return reconcile.Result{}, r.removeFinalizer(ctx, pod)
 	}
-	pods, err := r.groupPods(ctx, key)
+	pods, state, ref, err := r.observeGroup(ctx, key, entry)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	state, err := group.Observe(entry.decision.GetPodSetCounts(), pods)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	ref := &sluicev1.WorkloadRef{Namespace: key.Namespace, Name: key.Name, Uid: entry.decision.GetWorkload().GetUid()}
 	if state.Finished {
 		first, err := r.reportGroupFinish(ctx, pod, key, ref, state)
 		if err != nil {
