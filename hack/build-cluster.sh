@@ -1,15 +1,29 @@
 #!/usr/bin/env bash
 # Builds the local control plane (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl, kwok) from their Go modules. Binaries are cached
-# outside the clone, keyed by version, so every clone on a machine shares one
-# build; bin/ in the clone links to that cache.
+# kube-scheduler, kubectl, kwok) from the Go module in hack/cluster, in one
+# `go build`: the packages they share compile once and the six binaries link
+# side by side. Binaries are cached outside the clone, keyed by the versions
+# and the module's go.sum, so every clone on a machine shares one build; bin/
+# in the clone links to that cache.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "${root}/hack/versions.sh"
+module="${root}/hack/cluster"
+binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)
+
+# go.mod decides what is built; versions.sh names it for people and for the
+# version stamp. They must agree.
+for pin in "k8s.io/kubernetes ${KUBE_VERSION}" "go.etcd.io/etcd/server/v3 ${ETCD_VERSION}" "sigs.k8s.io/kwok ${KWOK_VERSION}"; do
+	if ! grep -qE "^\s*(require )?${pin}( |$)" "${module}/go.mod"; then
+		echo "hack/cluster/go.mod does not require ${pin} (hack/versions.sh); make them agree" >&2
+		exit 1
+	fi
+done
 
 cache="${SLUICE_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME}/.cache}/sluice}"
-dest="${cache}/cluster-k8s${KUBE_VERSION}-etcd${ETCD_VERSION}-kwok${KWOK_VERSION}"
+sum="$(sha256sum "${module}/go.sum" | cut -c1-12)"
+dest="${cache}/cluster-k8s${KUBE_VERSION}-etcd${ETCD_VERSION}-kwok${KWOK_VERSION}-${sum}"
 mkdir -p "${dest}" "${root}/bin"
 
 # One build at a time per cache: a second caller (another clone, a parallel
@@ -17,8 +31,14 @@ mkdir -p "${dest}" "${root}/bin"
 exec 9>"${dest}/.lock"
 flock 9
 
-minor="${KUBE_VERSION#v}"; minor="${minor#*.}"; minor="${minor%%.*}"
-ldflags="-s -w \
+missing=0
+for b in "${binaries[@]}"; do
+	[[ -x "${dest}/${b}" ]] || missing=1
+done
+if ((missing)); then
+	echo "building ${binaries[*]} (first time only; cached in ${dest})" >&2
+	minor="${KUBE_VERSION#v}"; minor="${minor#*.}"; minor="${minor%%.*}"
+	ldflags="-s -w \
  -X k8s.io/component-base/version.gitVersion=${KUBE_VERSION} \
  -X k8s.io/component-base/version.gitMajor=1 \
  -X k8s.io/component-base/version.gitMinor=${minor} \
@@ -26,25 +46,20 @@ ldflags="-s -w \
  -X k8s.io/client-go/pkg/version.gitVersion=${KUBE_VERSION} \
  -X k8s.io/client-go/pkg/version.gitMajor=1 \
  -X k8s.io/client-go/pkg/version.gitMinor=${minor}"
-
-build() { # name dir package
-	local name="$1" dir="$2" pkg="$3"
-	if [[ -x "${dest}/${name}" ]]; then return; fi
-	echo "building ${name} (first time only; cached in ${dest})" >&2
-	(cd "${root}/${dir}" && CGO_ENABLED=0 go build -trimpath -ldflags "${ldflags}" -o "${dest}/${name}.tmp" "${pkg}")
-	mv "${dest}/${name}.tmp" "${dest}/${name}"
-}
-
-build etcd hack/etcd .
-for c in kube-apiserver kube-scheduler kube-controller-manager kubectl; do
-	build "${c}" hack/kube "k8s.io/kubernetes/cmd/${c}"
-done
-if [[ ! -x "${dest}/kwok" ]]; then
-	echo "building kwok ${KWOK_VERSION} (first time only)" >&2
-	GOBIN="${dest}/.kwok" CGO_ENABLED=0 go install -trimpath "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}"
-	mv "${dest}/.kwok/kwok" "${dest}/kwok"
+	tmp="$(mktemp -d "${dest}/.build.XXXXXX")"
+	trap 'rm -rf "${tmp}"' EXIT
+	(cd "${module}" && CGO_ENABLED=0 go build -trimpath -ldflags "${ldflags}" -o "${tmp}/" \
+		./etcd \
+		k8s.io/kubernetes/cmd/kube-apiserver \
+		k8s.io/kubernetes/cmd/kube-controller-manager \
+		k8s.io/kubernetes/cmd/kube-scheduler \
+		k8s.io/kubernetes/cmd/kubectl \
+		sigs.k8s.io/kwok/cmd/kwok)
+	for b in "${binaries[@]}"; do
+		mv "${tmp}/${b}" "${dest}/${b}"
+	done
 fi
 
-for b in etcd kube-apiserver kube-scheduler kube-controller-manager kubectl kwok; do
+for b in "${binaries[@]}"; do
 	ln -sfn "${dest}/${b}" "${root}/bin/${b}"
 done

@@ -33,8 +33,8 @@ func runGroup(ctx context.Context, c client.WithWatch, file string) error {
 			return err
 		}
 	}
-	// The Workload of an earlier run's group goes with its pods, through
-	// garbage collection; a new group of the same name must not meet it.
+	// The Workload of an earlier run's group goes once its pods are gone
+	// (sluice deletes it); a new group of the same name must not meet it.
 	group := pods[0].Labels[podkeys.PodGroupNameLabel]
 	if err := deleteWorkload(ctx, c, pods[0].Namespace, group); err != nil {
 		return err
