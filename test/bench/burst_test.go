@@ -165,7 +165,15 @@ func measureSluice(ctx context.Context, b *testing.B, env *testenv.Env, cs kuber
 		b.Fatal(err)
 	}
 	ungatedAt := watchUngated(ctx, b, informers)
-	stages := watchWorkloads(ctx, b, informers)
+	// A group's Workload has no owners: its pods are found by group name.
+	groupPods := map[string][]string{}
+	for i := range burst {
+		if p := newPod(ns, i); p.Labels[podkeys.PodGroupNameLabel] != "" {
+			g := p.Labels[podkeys.PodGroupNameLabel]
+			groupPods[g] = append(groupPods[g], p.Name)
+		}
+	}
+	stages := watchWorkloads(ctx, b, informers, groupPods)
 	go func() { _ = informers.Start(ctx) }()
 	if !informers.WaitForCacheSync(ctx) {
 		b.Fatal("informers did not sync")
@@ -369,10 +377,10 @@ func parallel(n int, f func(i int) error, b *testing.B) {
 // first seen admitted, to tell which stage of the pipeline takes the time.
 type workloadTimes struct {
 	mu                sync.Mutex
-	created, admitted map[string]time.Time // by owner pod name
+	created, admitted map[string]time.Time // by pod name
 }
 
-func watchWorkloads(ctx context.Context, b *testing.B, informers cache.Cache) *workloadTimes {
+func watchWorkloads(ctx context.Context, b *testing.B, informers cache.Cache, groupPods map[string][]string) *workloadTimes {
 	wt := &workloadTimes{created: map[string]time.Time{}, admitted: map[string]time.Time{}}
 	observe(ctx, b, informers, &sluicev1alpha1.Workload{}, func(obj any) {
 		wl, ok := obj.(*sluicev1alpha1.Workload)
@@ -383,8 +391,12 @@ func watchWorkloads(ctx context.Context, b *testing.B, informers cache.Cache) *w
 		admitted := meta.IsStatusConditionTrue(wl.Status.Conditions, sluicev1alpha1.WorkloadAdmitted)
 		wt.mu.Lock()
 		defer wt.mu.Unlock()
+		var pods []string // a single pod's owner, or a group's pods
 		for _, owner := range wl.OwnerReferences {
-			pod := owner.Name
+			pods = append(pods, owner.Name)
+		}
+		pods = append(pods, groupPods[wl.Labels[sluicev1alpha1.PodGroupLabel]]...)
+		for _, pod := range pods {
 			if _, dup := wt.created[pod]; !dup {
 				wt.created[pod] = now
 			}

@@ -18,6 +18,7 @@ import (
 
 	sluicev1alpha1 "github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 	"github.com/sluice-dev/sluice/pkg/podkeys"
+	"github.com/sluice-dev/sluice/test/e2e/e2eutil"
 	"github.com/sluice-dev/sluice/test/testenv"
 )
 
@@ -223,7 +224,7 @@ func waitWorkloadOf(ctx context.Context, t *testing.T, pod *corev1.Pod, what str
 			return false, nil
 		}
 		for i := range list.Items {
-			if slices.ContainsFunc(list.Items[i].OwnerReferences, func(o metav1.OwnerReference) bool { return o.UID == pod.UID }) {
+			if e2eutil.IsWorkloadOf(&list.Items[i], pod) {
 				found = &list.Items[i]
 				return ok(found), nil
 			}

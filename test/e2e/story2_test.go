@@ -18,6 +18,7 @@ import (
 
 	sluicev1alpha1 "github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 	"github.com/sluice-dev/sluice/pkg/podkeys"
+	"github.com/sluice-dev/sluice/test/e2e/e2eutil"
 )
 
 // groupPod is a pod of group name of total pods, asking for cpu.
@@ -56,9 +57,9 @@ func TestStory2GroupAdmittedWhole(t *testing.T) {
 		c := meta.FindStatusCondition(w.Status.Conditions, sluicev1alpha1.WorkloadQuotaReserved)
 		return c != nil && c.Reason == sluicev1alpha1.ReasonPending
 	})
-	if wl.Name != "train" || len(wl.Spec.PodSets) != 2 || len(wl.OwnerReferences) != 3 {
-		t.Fatalf("workload %s: %d pod sets, %d owners; want train with 2 pod sets (master, workers) owned by the 3 pods",
-			wl.Name, len(wl.Spec.PodSets), len(wl.OwnerReferences))
+	if wl.Name != "train" || len(wl.Spec.PodSets) != 2 || len(wl.OwnerReferences) != 0 || wl.Labels[sluicev1alpha1.PodGroupLabel] != "train" {
+		t.Fatalf("workload %s: %d pod sets, owners %v, labels %v; want train with 2 pod sets (master, workers), no owners, labelled with its group",
+			wl.Name, len(wl.Spec.PodSets), wl.OwnerReferences, wl.Labels)
 	}
 	counts := []int32{wl.Spec.PodSets[0].Count, wl.Spec.PodSets[1].Count}
 	slices.Sort(counts)
@@ -137,6 +138,136 @@ func TestStory2NonRetriableFailureEndsTheGroup(t *testing.T) {
 	}
 	// A non-retriable failure is a failure, not a success.
 	waitGroupEnded(ctx, t, "story2-fail", pods, sluicev1alpha1.ReasonFailed)
+}
+
+// TestStory2DeactivatedAndResumed: deactivating an admitted group's
+// Workload evicts it: its running pods are deleted (none is left
+// Terminating), its quota is released, and the Workload stays, waiting for
+// its pods. Pods of the group created again end the wait but stay gated
+// while it is inactive; reactivated, the same Workload is admitted again
+// whole and the new pods run to the group's end.
+func TestStory2DeactivatedAndResumed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ns := createNamespace(ctx, t, "story2-resume")
+	createQueues(ctx, t, ns, "story2-resume", "2")
+	long := map[string]string{"kwok.sluice.dev/run-for": "10m"}
+	first := []*corev1.Pod{groupPod(ns, "train", "a", "1", 2, long), groupPod(ns, "train", "b", "1", 2, long)}
+	for _, p := range first {
+		mustCreate(ctx, t, p)
+	}
+	for _, p := range first {
+		waitPod(ctx, t, p, "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	}
+	admitted := waitWorkloadOf(ctx, t, first[0], "Admitted", func(w *sluicev1alpha1.Workload) bool {
+		return meta.IsStatusConditionTrue(w.Status.Conditions, sluicev1alpha1.WorkloadAdmitted)
+	})
+
+	setActive(ctx, t, admitted, false)
+	for _, p := range first {
+		waitDeleted(ctx, t, p)
+	}
+	waitClusterQueue(ctx, t, "story2-resume", "no quota held", cpuReservedIsZero)
+	waiting := waitWorkloadOf(ctx, t, first[0], "evicted, waiting for its pods", func(w *sluicev1alpha1.Workload) bool {
+		return meta.IsStatusConditionTrue(w.Status.Conditions, sluicev1alpha1.WorkloadEvicted) &&
+			meta.IsStatusConditionFalse(w.Status.Conditions, sluicev1alpha1.WorkloadQuotaReserved) &&
+			meta.IsStatusConditionTrue(w.Status.Conditions, sluicev1alpha1.WorkloadWaitingForReplacementPods)
+	})
+	if waiting.UID != admitted.UID {
+		t.Fatalf("the group's Workload was recreated (uid %s, was %s); it must stay through the eviction", waiting.UID, admitted.UID)
+	}
+
+	short := map[string]string{"kwok.sluice.dev/run-for": "2s"}
+	second := []*corev1.Pod{groupPod(ns, "train", "a-again", "1", 2, short), groupPod(ns, "train", "b-again", "1", 2, short)}
+	for _, p := range second {
+		mustCreate(ctx, t, p)
+	}
+	back := waitWorkloadOf(ctx, t, second[0], "no longer waiting for its pods", func(w *sluicev1alpha1.Workload) bool {
+		return meta.IsStatusConditionFalse(w.Status.Conditions, sluicev1alpha1.WorkloadWaitingForReplacementPods)
+	})
+	if meta.IsStatusConditionTrue(back.Status.Conditions, sluicev1alpha1.WorkloadQuotaReserved) {
+		t.Fatalf("an inactive workload reserved quota: %s", describe(back))
+	}
+	for _, p := range second {
+		if !hasGate(getPod(ctx, t, p)) {
+			t.Fatalf("pod %s ungated while its Workload is inactive", p.Name)
+		}
+	}
+
+	setActive(ctx, t, back, true)
+	for _, p := range second {
+		waitPod(ctx, t, p, "Succeeded", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded })
+	}
+	waitGroupEnded(ctx, t, "story2-resume", second, sluicev1alpha1.ReasonSucceeded)
+	if final := getWorkload(ctx, t, ns, "train"); final.UID != admitted.UID {
+		t.Fatalf("the group finished in another Workload (uid %s, was %s)", final.UID, admitted.UID)
+	}
+}
+
+// TestStory2WorkloadGoesWithItsPods: a group's Workload has no owners for
+// garbage collection to follow; sluice deletes it once every pod of the
+// group is gone, queued or finished alike.
+func TestStory2WorkloadGoesWithItsPods(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ns := createNamespace(ctx, t, "story2-gone")
+	createQueues(ctx, t, ns, "story2-gone", "1") // the queued group needs 2
+	queued := []*corev1.Pod{groupPod(ns, "queued", "a", "1", 2, nil), groupPod(ns, "queued", "b", "1", 2, nil)}
+	done := []*corev1.Pod{groupPod(ns, "done", "c", "500m", 1, map[string]string{"kwok.sluice.dev/run-for": "1s"})}
+	for _, p := range append(slices.Clone(queued), done...) {
+		mustCreate(ctx, t, p)
+	}
+	waitWorkloadOf(ctx, t, queued[0], "pending", func(w *sluicev1alpha1.Workload) bool {
+		c := meta.FindStatusCondition(w.Status.Conditions, sluicev1alpha1.WorkloadQuotaReserved)
+		return c != nil && c.Reason == sluicev1alpha1.ReasonPending
+	})
+	waitGroupEnded(ctx, t, "story2-gone", done, sluicev1alpha1.ReasonSucceeded)
+
+	for _, p := range append(slices.Clone(queued), done...) {
+		if err := k8s.Delete(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range append(slices.Clone(queued), done...) {
+		waitDeleted(ctx, t, p)
+	}
+	for _, name := range []string{"queued", "done"} {
+		waitWorkloadGone(ctx, t, ns, name)
+	}
+}
+
+func setActive(ctx context.Context, t *testing.T, wl *sluicev1alpha1.Workload, active bool) {
+	t.Helper()
+	if err := e2eutil.SetActive(ctx, k8s, wl.Namespace, wl.Name, active); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func getWorkload(ctx context.Context, t *testing.T, ns, name string) *sluicev1alpha1.Workload {
+	t.Helper()
+	var wl sluicev1alpha1.Workload
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &wl); err != nil {
+		t.Fatal(err)
+	}
+	return &wl
+}
+
+// waitDeleted waits until pod is gone from the API server: deleted, and
+// released by every finalizer.
+func waitDeleted(ctx context.Context, t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	if err := e2eutil.WaitGone(ctx, k8s, pod.DeepCopy(), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitWorkloadGone(ctx context.Context, t *testing.T, ns, name string) {
+	t.Helper()
+	wl := &sluicev1alpha1.Workload{}
+	wl.Namespace, wl.Name = ns, name
+	if err := e2eutil.WaitGone(ctx, k8s, wl, time.Minute); err != nil {
+		t.Fatalf("%v: %s", err, describe(wl))
+	}
 }
 
 // TestStory2FailedPodReplaced: a worker that fails keeps its place until a

@@ -104,11 +104,18 @@ type Workload struct {
 	// pod_sets are the groups of equivalent pods, one per role hash.
 	PodSets []*PodSet `protobuf:"bytes,5,rep,name=pod_sets,json=podSets,proto3" json:"pod_sets,omitempty"`
 	// owners become the Workload's ownerReferences, so it is garbage
-	// collected with its pods.
+	// collected with its pods. A pod group's workload has none: its pods come
+	// and go (failed pods replaced, every pod deleted by an eviction) while
+	// the workload stays, and sluice deletes it once the group has no pods
+	// and waits for none (see ReportProgressRequest.no_pods).
 	Owners []*OwnerReference `protobuf:"bytes,6,rep,name=owners,proto3" json:"owners,omitempty"`
 	// traceparent is the W3C trace context of the workload's trace, from the
 	// first pod's sluice.dev/traceparent annotation.
-	Traceparent   string `protobuf:"bytes,7,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Traceparent string `protobuf:"bytes,7,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	// pod_group is the name of the KEP-976 pod group the workload was
+	// assembled from; empty for a single pod. The Workload carries it in the
+	// sluice.dev/pod-group label, so it must be a valid label value.
+	PodGroup      string `protobuf:"bytes,8,opt,name=pod_group,json=podGroup,proto3" json:"pod_group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -188,6 +195,13 @@ func (x *Workload) GetOwners() []*OwnerReference {
 func (x *Workload) GetTraceparent() string {
 	if x != nil {
 		return x.Traceparent
+	}
+	return ""
+}
+
+func (x *Workload) GetPodGroup() string {
+	if x != nil {
+		return x.PodGroup
 	}
 	return ""
 }
@@ -539,7 +553,7 @@ const file_sluice_v1_types_proto_rawDesc = "" +
 	"\vWorkloadRef\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
-	"\x03uid\x18\x03 \x01(\tR\x03uid\"\xa2\x02\n" +
+	"\x03uid\x18\x03 \x01(\tR\x03uid\"\xbf\x02\n" +
 	"\bWorkload\x12(\n" +
 	"\x03ref\x18\x01 \x01(\v2\x16.sluice.v1.WorkloadRefR\x03ref\x12\x1d\n" +
 	"\n" +
@@ -548,7 +562,8 @@ const file_sluice_v1_types_proto_rawDesc = "" +
 	"\x13priority_class_name\x18\x04 \x01(\tR\x11priorityClassName\x12,\n" +
 	"\bpod_sets\x18\x05 \x03(\v2\x11.sluice.v1.PodSetR\apodSets\x121\n" +
 	"\x06owners\x18\x06 \x03(\v2\x19.sluice.v1.OwnerReferenceR\x06owners\x12 \n" +
-	"\vtraceparent\x18\a \x01(\tR\vtraceparent\"V\n" +
+	"\vtraceparent\x18\a \x01(\tR\vtraceparent\x12\x1b\n" +
+	"\tpod_group\x18\b \x01(\tR\bpodGroup\"V\n" +
 	"\x0eOwnerReference\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03uid\x18\x02 \x01(\tR\x03uid\x12\x1e\n" +

@@ -308,9 +308,16 @@ const (
 	// stays reserved until the workload's pods have stopped.
 	WorkloadEvicted = "Evicted"
 	// WorkloadWaitingForReplacementPods is True while a group's failed pods
-	// have not all been replaced; its message says which are missing.
+	// have not all been replaced, or, after an eviction or deactivation
+	// deleted them, while its pods have not come back; its message says
+	// which are missing. A workload without quota is not queued meanwhile.
 	WorkloadWaitingForReplacementPods = "WaitingForReplacementPods"
 )
+
+// PodGroupLabel is on the Workload of a pod group, with the group's name.
+// Such a Workload has no ownerReferences: sluice deletes it once the
+// group has no pods and waits for none.
+const PodGroupLabel = "sluice.dev/pod-group"
 
 // ResourceInUseFinalizer is on every Workload the admitter creates. It keeps
 // a deleted Workload until its pods are gone and its checks released, so a
@@ -338,6 +345,9 @@ const (
 	ReasonPodsMissing = "PodsMissing"
 	// ReasonAllPodsPresent: every failed pod of a group was replaced.
 	ReasonAllPodsPresent = "AllPodsPresent"
+	// ReasonNoPods: every pod of an evicted or deactivated group is gone;
+	// the group waits for its pods to be created again.
+	ReasonNoPods = "NoPods"
 	// ReasonAdmissionCheck: evicted because a check answered Retry or
 	// Rejected.
 	ReasonAdmissionCheck = "AdmissionCheck"

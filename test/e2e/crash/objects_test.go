@@ -13,11 +13,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sluicev1alpha1 "github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 	"github.com/sluice-dev/sluice/pkg/podkeys"
+	"github.com/sluice-dev/sluice/test/e2e/e2eutil"
 	"github.com/sluice-dev/sluice/test/harness"
 )
 
@@ -111,14 +111,12 @@ func mustCreate(ctx context.Context, t *testing.T, obj client.Object) {
 	}
 }
 
-// setActive sets a Workload's spec.active with a merge patch, as a user
-// would with kubectl patch.
+// setActive sets a Workload's spec.active, as a user would with kubectl
+// patch.
 func setActive(ctx context.Context, t *testing.T, wl *sluicev1alpha1.Workload, active bool) {
 	t.Helper()
-	patch := fmt.Appendf(nil, `{"spec":{"active":%t}}`, active)
-	target := &sluicev1alpha1.Workload{ObjectMeta: metav1.ObjectMeta{Namespace: wl.Namespace, Name: wl.Name}}
-	if err := k8s.Patch(ctx, target, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		t.Fatalf("setting spec.active=%t on workload %s: %v", active, wl.Name, err)
+	if err := e2eutil.SetActive(ctx, k8s, wl.Namespace, wl.Name, active); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -173,7 +171,7 @@ func workloadOf(ctx context.Context, t *testing.T, pod *corev1.Pod, what string,
 			return err
 		}
 		for i := range list.Items {
-			if slices.ContainsFunc(list.Items[i].OwnerReferences, func(o metav1.OwnerReference) bool { return o.UID == pod.UID }) {
+			if e2eutil.IsWorkloadOf(&list.Items[i], pod) {
 				found = &list.Items[i]
 				if err := ok(found); err != nil {
 					return fmt.Errorf("%w: %s", err, describe(found))

@@ -384,7 +384,13 @@ type ReportProgressRequest struct {
 	// missing, when set, says which pods a group waits for: failed pods not
 	// replaced yet. The Workload's WaitingForReplacementPods condition follows
 	// it (True while any pod is missing).
-	Missing       *Missing `protobuf:"bytes,5,opt,name=missing,proto3" json:"missing,omitempty"`
+	Missing *Missing `protobuf:"bytes,5,opt,name=missing,proto3" json:"missing,omitempty"`
+	// no_pods says that a pod group has no pod left in the API server. The
+	// admitter deletes the workload, unless it waits for its pods to come
+	// back: evicted or deactivated and not finished. Then every pod counts
+	// as missing (WaitingForReplacementPods=True) until the group's pods are
+	// submitted again. Ignored for a workload that is not a pod group's.
+	NoPods        bool `protobuf:"varint,6,opt,name=no_pods,json=noPods,proto3" json:"no_pods,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -452,6 +458,13 @@ func (x *ReportProgressRequest) GetMissing() *Missing {
 		return x.Missing
 	}
 	return nil
+}
+
+func (x *ReportProgressRequest) GetNoPods() bool {
+	if x != nil {
+		return x.NoPods
+	}
+	return false
 }
 
 // Missing counts the pods a group waits for.
@@ -948,13 +961,14 @@ const file_sluice_admitter_v1_admitter_proto_rawDesc = "" +
 	"\n" +
 	"queue_name\x18\x02 \x01(\tR\tqueueName\"2\n" +
 	"\x16UpdateWorkloadResponse\x12\x18\n" +
-	"\achanged\x18\x01 \x01(\bR\achanged\"\x94\x03\n" +
+	"\achanged\x18\x01 \x01(\bR\achanged\"\xad\x03\n" +
 	"\x15ReportProgressRequest\x122\n" +
 	"\bworkload\x18\x01 \x01(\v2\x16.sluice.v1.WorkloadRefR\bworkload\x12c\n" +
 	"\x0esucceeded_pods\x18\x02 \x03(\v2<.sluice.admitter.v1.ReportProgressRequest.SucceededPodsEntryR\rsucceededPods\x122\n" +
 	"\x06finish\x18\x03 \x01(\v2\x1a.sluice.admitter.v1.FinishR\x06finish\x125\n" +
 	"\astopped\x18\x04 \x01(\v2\x1b.sluice.admitter.v1.StoppedR\astopped\x125\n" +
-	"\amissing\x18\x05 \x01(\v2\x1b.sluice.admitter.v1.MissingR\amissing\x1a@\n" +
+	"\amissing\x18\x05 \x01(\v2\x1b.sluice.admitter.v1.MissingR\amissing\x12\x17\n" +
+	"\ano_pods\x18\x06 \x01(\bR\x06noPods\x1a@\n" +
 	"\x12SucceededPodsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"}\n" +

@@ -37,7 +37,11 @@ const (
 // idempotent.
 type AdmitterServiceClient interface {
 	// SubmitWorkload creates the Workload object if it does not exist yet.
-	// Submitting an existing workload succeeds and changes nothing.
+	// Submitting an existing workload succeeds and changes nothing, except
+	// for a pod group waiting for its pods (WaitingForReplacementPods=True
+	// while it holds no quota): a submission with every pod of every pod set
+	// ends the wait, and one whose pod sets differ from the Workload's is
+	// refused with FAILED_PRECONDITION.
 	SubmitWorkload(ctx context.Context, in *SubmitWorkloadRequest, opts ...grpc.CallOption) (*SubmitWorkloadResponse, error)
 	// ReportProgress records what happened to a workload's pods: pods that
 	// succeeded (their quota is released) and the end of the workload.
@@ -119,7 +123,11 @@ type AdmitterService_WatchAdmissionsClient = grpc.ServerStreamingClient[WatchAdm
 // idempotent.
 type AdmitterServiceServer interface {
 	// SubmitWorkload creates the Workload object if it does not exist yet.
-	// Submitting an existing workload succeeds and changes nothing.
+	// Submitting an existing workload succeeds and changes nothing, except
+	// for a pod group waiting for its pods (WaitingForReplacementPods=True
+	// while it holds no quota): a submission with every pod of every pod set
+	// ends the wait, and one whose pod sets differ from the Workload's is
+	// refused with FAILED_PRECONDITION.
 	SubmitWorkload(context.Context, *SubmitWorkloadRequest) (*SubmitWorkloadResponse, error)
 	// ReportProgress records what happened to a workload's pods: pods that
 	// succeeded (their quota is released) and the end of the workload.

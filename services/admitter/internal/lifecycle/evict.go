@@ -25,6 +25,9 @@ type Eviction struct {
 	RequeueAfter time.Duration
 	// requeued: the eviction's first write already recorded the requeue.
 	requeued bool
+	// podsStopped: the eviction deleted the workload's running pods; a
+	// pod group then waits for them to be created again.
+	podsStopped bool
 }
 
 // Admit writes wl (orig with its check answers) as admitted with infos.
@@ -72,7 +75,8 @@ func (w *Writer) Evict(ctx context.Context, orig, updated *v1alpha1.Workload, ev
 // admission and pod set infos cleared, QuotaReserved=False, Admitted=False
 // and Evicted=True, every non-Pending check reset to Pending (a Retry
 // counts in its retryCount), a Release owed to every check, and the
-// requeue time set.
+// requeue time set. A pod group whose pods the eviction deleted waits
+// for them (WaitingForReplacementPods) before it queues again.
 func (w *Writer) Release(ctx context.Context, orig, updated *v1alpha1.Workload, ev Eviction) error {
 	wl := updated.DeepCopy()
 	now := metav1.Now()
@@ -86,6 +90,9 @@ func (w *Writer) Release(ctx context.Context, orig, updated *v1alpha1.Workload, 
 	workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadAdmitted, metav1.ConditionFalse, ev.Reason, ev.Message, gen)
 	workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadEvicted, metav1.ConditionTrue, ev.Reason, ev.Message, gen)
 	resetChecks(wl, now)
+	if ev.podsStopped && workload.PodGroup(wl) != "" {
+		setNoPods(wl)
+	}
 	if !ev.requeued {
 		setRequeue(wl, ev.RequeueAfter)
 	}

@@ -9,8 +9,10 @@ import (
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
@@ -25,12 +27,15 @@ import (
 // of a group) costs one create, not one attempt each.
 func (w *Writer) Submit(ctx context.Context, wl *v1alpha1.Workload) (*v1alpha1.Workload, bool, error) {
 	key := workload.Key(wl)
-	if cur := w.cfg.Store.Get(key); cur != nil {
+	if cur := w.cfg.Store.Get(key); cur != nil && !waitsForPods(cur) {
 		return cur, false, nil
 	}
 	unlock := w.cfg.Locks.Lock(key)
 	defer unlock()
 	if cur := w.cfg.Store.Get(key); cur != nil {
+		if waitsForPods(cur) {
+			return w.podsBackLocked(ctx, cur, wl)
+		}
 		return cur, false, nil
 	}
 	wl = wl.DeepCopy()
@@ -54,6 +59,53 @@ func (w *Writer) Submit(ctx context.Context, wl *v1alpha1.Workload) (*v1alpha1.W
 		return nil, false, fmt.Errorf("read existing workload %s: %w", key, err)
 	}
 	return &existing, false, nil
+}
+
+// ErrPodSetsChanged refuses the submission of a group whose pods came back
+// with other pod sets than its Workload's.
+var ErrPodSetsChanged = errors.New("the pods' pod sets differ from the Workload's")
+
+// waitsForPods reports whether wl is a pod group's workload that holds no
+// quota and waits for its pods (WaitingForReplacementPods=True).
+func waitsForPods(wl *v1alpha1.Workload) bool {
+	return workload.PodGroup(wl) != "" && wl.Status.Admission == nil && !workload.IsFinished(wl) &&
+		meta.IsStatusConditionTrue(wl.Status.Conditions, v1alpha1.WorkloadWaitingForReplacementPods)
+}
+
+// podsBackLocked ends the wait of a group whose pods were submitted again
+// whole: the workload queues again, with its place, priority and requeue
+// state kept. Pods that no longer match its pod sets are refused.
+func (w *Writer) podsBackLocked(ctx context.Context, cur, submitted *v1alpha1.Workload) (*v1alpha1.Workload, bool, error) {
+	if diff := podSetsDiff(cur.Spec.PodSets, submitted.Spec.PodSets); diff != "" {
+		return nil, false, fmt.Errorf("%w: %s; delete Workload %s/%s to queue the group as its pods are now",
+			ErrPodSetsChanged, diff, cur.Namespace, cur.Name)
+	}
+	wl := cur.DeepCopy()
+	workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadWaitingForReplacementPods, metav1.ConditionFalse,
+		v1alpha1.ReasonAllPodsPresent, "every pod of the group is there again", wl.Generation)
+	if err := w.PatchStatus(ctx, cur, wl, "pods-back"); err != nil {
+		return nil, false, err
+	}
+	crashpoint.Hit("admitter/pods-back")
+	w.cfg.Requeue()
+	return wl, false, nil
+}
+
+// podSetsDiff says how the pod sets (name and count) of want and got
+// differ; empty when they do not.
+func podSetsDiff(want, got []v1alpha1.PodSet) string {
+	counts := func(sets []v1alpha1.PodSet) string {
+		parts := make([]string, 0, len(sets))
+		for _, ps := range sets {
+			parts = append(parts, fmt.Sprintf("%s=%d", ps.Name, ps.Count))
+		}
+		slices.Sort(parts)
+		return strings.Join(parts, ", ")
+	}
+	if w, g := counts(want), counts(got); w != g {
+		return fmt.Sprintf("the Workload has pod sets %s, the pods make %s", w, g)
+	}
+	return ""
 }
 
 // UpdateQueue moves a submitted workload to LocalQueue queue. A workload
@@ -105,6 +157,8 @@ type Progress struct {
 	// Missing, when not nil, counts per pod set the pods a group waits for
 	// (failed, not replaced yet).
 	Missing map[string]int32
+	// NoPods says a pod group has no pod left.
+	NoPods bool
 }
 
 // maxReportAttempts bounds the retries of a progress write that lost a
@@ -117,6 +171,9 @@ const maxReportAttempts = 5
 // deleted one go. Reports about unknown (or finished and retired)
 // workloads succeed and change nothing.
 func (w *Writer) ReportProgress(ctx context.Context, key types.NamespacedName, p Progress) error {
+	if p.NoPods {
+		return w.noPods(ctx, key, p.UID)
+	}
 	for attempt := 0; ; attempt++ {
 		err := w.reportOnce(ctx, key, p, attempt > 0)
 		if !errors.Is(err, ErrStale) || attempt+1 >= maxReportAttempts {
@@ -178,9 +235,65 @@ func (w *Writer) stoppedLocked(ctx context.Context, wl *v1alpha1.Workload, reser
 		return nil
 	case workload.IsEvicting(wl) && workload.ReservationID(wl) == reservation && !workload.IsFinished(wl):
 		c := workload.Condition(wl, v1alpha1.WorkloadEvicted)
-		return w.Release(ctx, wl, wl, Eviction{Reason: c.Reason, Message: c.Message, requeued: true})
+		return w.Release(ctx, wl, wl, Eviction{Reason: c.Reason, Message: c.Message, requeued: true, podsStopped: true})
 	}
 	return nil
+}
+
+// noPods acts on the grouper's word that pod group key (of uid) has no
+// pod left. A group evicted or deactivated before it finished waits for
+// its pods to be created again; any other group is over, and its Workload
+// is deleted (as garbage collection deletes a single pod's with its pod).
+// A finished Workload is retired from the store, so it is read from the
+// API server.
+func (w *Writer) noPods(ctx context.Context, key types.NamespacedName, uid types.UID) error {
+	unlock := w.cfg.Locks.Lock(key)
+	defer unlock()
+	orig := w.cfg.Store.Get(key)
+	if orig == nil {
+		var live v1alpha1.Workload
+		if err := w.cfg.APIReader.Get(ctx, key, &live); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("read workload %s: %w", key, err)
+		}
+		orig = &live
+	}
+	if orig.UID != uid {
+		return nil
+	}
+	switch {
+	case workload.PodGroup(orig) == "" || workload.IsDeleting(orig):
+		return nil
+	case !workload.IsFinished(orig) && (!workload.IsActive(orig) || workload.IsEvicting(orig) ||
+		meta.IsStatusConditionTrue(orig.Status.Conditions, v1alpha1.WorkloadWaitingForReplacementPods)):
+		wl := orig.DeepCopy()
+		setNoPods(wl)
+		return w.PatchStatus(ctx, orig, wl, "no-pods")
+	}
+	target := &v1alpha1.Workload{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+	if err := w.cfg.Client.Delete(ctx, target, client.Preconditions{UID: &uid}); err != nil {
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			return nil // gone already, or another incarnation of the name
+		}
+		return fmt.Errorf("delete workload %s/%s of a group with no pods: %w", orig.Namespace, orig.Name, err)
+	}
+	crashpoint.Hit("admitter/delete-empty-group")
+	w.cfg.Metrics.WorkloadWrites.WithLabelValues("delete-empty-group").Inc()
+	ctrl.LoggerFrom(ctx).V(1).Info("deleted the workload of a pod group with no pods", "workload", orig.Namespace+"/"+orig.Name)
+	return nil
+}
+
+// setNoPods marks every pod of the group missing, until they are
+// submitted again.
+func setNoPods(wl *v1alpha1.Workload) {
+	var total int32
+	for _, ps := range wl.Spec.PodSets {
+		total += ps.Count
+	}
+	workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadWaitingForReplacementPods, metav1.ConditionTrue,
+		v1alpha1.ReasonNoPods, fmt.Sprintf("waiting for the group's %d pods to be created again", total), wl.Generation)
 }
 
 // recordMissing sets the WaitingForReplacementPods condition from the

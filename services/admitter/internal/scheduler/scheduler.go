@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -139,15 +140,19 @@ type fingerprint struct {
 	clusterQueue string
 	requeueAt    time.Time
 	reclaimable  string
+	// waitingForPods: a pod group's pods are missing (failed and not
+	// replaced, or deleted by an eviction and not created again).
+	waitingForPods bool
 }
 
 func fingerprintOf(wl *v1alpha1.Workload) fingerprint {
 	fp := fingerprint{
-		uid:        wl.UID,
-		generation: wl.Generation,
-		deleting:   workload.IsDeleting(wl),
-		finished:   workload.IsFinished(wl),
-		admitted:   workload.IsAdmitted(wl),
+		uid:            wl.UID,
+		generation:     wl.Generation,
+		deleting:       workload.IsDeleting(wl),
+		finished:       workload.IsFinished(wl),
+		admitted:       workload.IsAdmitted(wl),
+		waitingForPods: meta.IsStatusConditionTrue(wl.Status.Conditions, v1alpha1.WorkloadWaitingForReplacementPods),
 	}
 	if a := wl.Status.Admission; a != nil {
 		fp.reservation, fp.clusterQueue = a.ReservationID, a.ClusterQueue
@@ -278,6 +283,9 @@ func (s *Scheduler) place(e *entry) {
 		s.reserve(e, s.clusterQueues[wl.Status.Admission.ClusterQueue], quota.WorkloadUsage(wl))
 		return
 	case !workload.IsActive(wl) || e.fp.deleting:
+		return
+	case e.fp.waitingForPods:
+		// Quota goes to a group only once its pods are all there again.
 		return
 	}
 	lq := s.localQueues[e.lq]

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -326,6 +327,26 @@ func TestUnassumeReturnsTheQuota(t *testing.T) {
 	f.s.Unassume(a) // the write was lost
 	if got := names(f.cycle().Reservations); !slices.Equal(got, []string{"a"}) {
 		t.Fatalf("after the lost write: reserved %v, want a again", got)
+	}
+}
+
+func TestGroupWaitingForItsPodsIsNotQueued(t *testing.T) {
+	f := newFixture(t)
+	f.clusterQueue("cq", "1")
+	waiting := f.next(f.workload("g", "lq-cq", "1", 0, 0), func(wl *v1alpha1.Workload) {
+		meta.SetStatusCondition(&wl.Status.Conditions, metav1.Condition{
+			Type: v1alpha1.WorkloadWaitingForReplacementPods, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonNoPods})
+	})
+	f.s.Observe(waiting)
+	if got := names(f.cycle().Reservations); len(got) != 0 {
+		t.Fatalf("reserved %v while the group's pods are missing", got)
+	}
+	f.s.Observe(f.next(waiting, func(wl *v1alpha1.Workload) {
+		meta.SetStatusCondition(&wl.Status.Conditions, metav1.Condition{
+			Type: v1alpha1.WorkloadWaitingForReplacementPods, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonAllPodsPresent})
+	}))
+	if got := names(f.cycle().Reservations); !slices.Equal(got, []string{"g"}) {
+		t.Fatalf("once its pods are back: reserved %v, want [g]", got)
 	}
 }
 

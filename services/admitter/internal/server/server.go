@@ -102,6 +102,12 @@ func (s *Server) ReportProgress(ctx context.Context, req *admitterv1.ReportProgr
 			p.Missing[name] = n
 		}
 	}
+	if req.GetNoPods() {
+		if ref.GetUid() == "" {
+			return nil, status.Error(codes.InvalidArgument, "workload.uid is required with no_pods: the report must not end a later workload of the same name")
+		}
+		p.NoPods = true
+	}
 	if err := s.admitter.ReportProgress(ctx, types.NamespacedName{Namespace: ref.GetNamespace(), Name: ref.GetName()}, p); err != nil {
 		return nil, toStatus(err)
 	}
@@ -159,6 +165,8 @@ func toStatus(err error) error {
 	switch {
 	case errors.Is(err, controller.ErrNotLeader):
 		return errNotLeader
+	case errors.Is(err, lifecycle.ErrPodSetsChanged):
+		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, controller.ErrStale):
 		return status.Error(codes.Unavailable, err.Error())
 	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):

@@ -15,6 +15,7 @@ import (
 	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
 	sluicev1 "github.com/sluice-dev/sluice/gen/sluice/v1"
 	"github.com/sluice-dev/sluice/services/admitter/internal/controller"
+	"github.com/sluice-dev/sluice/services/admitter/internal/lifecycle"
 )
 
 func TestToStatus(t *testing.T) {
@@ -33,6 +34,7 @@ func TestToStatus(t *testing.T) {
 		{"throttled", apierrors.NewTooManyRequests("slow down", 1), codes.Unavailable},
 		{"deadline", fmt.Errorf("call: %w", context.DeadlineExceeded), codes.DeadlineExceeded},
 		{"canceled", context.Canceled, codes.Canceled},
+		{"group pods changed", fmt.Errorf("submit: %w", lifecycle.ErrPodSetsChanged), codes.FailedPrecondition},
 		{"anything else", errors.New("boom"), codes.Internal},
 	}
 	for _, tt := range tests {
@@ -75,6 +77,10 @@ func TestMalformedRequestsChangeNothing(t *testing.T) {
 			_, err := s.ReportProgress(context.Background(), &admitterv1.ReportProgressRequest{Workload: ref, SucceededPods: map[string]int32{"main": -1}})
 			return err
 		}, `succeeded_pods["main"]`},
+		{"no pods without a uid", func() error {
+			_, err := s.ReportProgress(context.Background(), &admitterv1.ReportProgressRequest{Workload: ref, NoPods: true})
+			return err
+		}, "workload.uid"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -55,6 +55,15 @@ func FromProto(p *sluicev1.Workload) (*v1alpha1.Workload, error) {
 	if tp := p.GetTraceparent(); tp != "" {
 		wl.Annotations = map[string]string{podkeys.TraceparentAnnotation: tp}
 	}
+	if g := p.GetPodGroup(); g != "" {
+		if errs := validation.IsValidLabelValue(g); len(errs) > 0 {
+			return nil, fmt.Errorf("workload.pod_group %q: %s", g, errs[0])
+		}
+		if len(p.GetOwners()) > 0 {
+			return nil, fmt.Errorf("workload.owners: must be empty for a pod group's workload (pod_group %q): its pods come and go while it stays", g)
+		}
+		wl.Labels = map[string]string{v1alpha1.PodGroupLabel: g}
+	}
 	seen := map[string]bool{}
 	for i, ps := range p.GetPodSets() {
 		path := fmt.Sprintf("workload.pod_sets[%d]", i)
@@ -116,6 +125,10 @@ func cloneMap(m map[string]string) map[string]string {
 	}
 	return maps.Clone(m)
 }
+
+// PodGroup is the name of the pod group wl was assembled from; empty for
+// a single pod's workload.
+func PodGroup(wl *v1alpha1.Workload) string { return wl.Labels[v1alpha1.PodGroupLabel] }
 
 // Ref is the sluice.v1 reference to wl.
 func Ref(wl *v1alpha1.Workload) *sluicev1.WorkloadRef {

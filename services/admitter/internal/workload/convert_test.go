@@ -40,6 +40,8 @@ func TestFromProto(t *testing.T) {
 		{name: "negative quantity", mutate: func(w *sluicev1.Workload) { w.PodSets[0].Requests["cpu"] = "-1" }, wantErr: "must not be negative"},
 		{name: "duplicate pod set", mutate: func(w *sluicev1.Workload) { w.PodSets = append(w.PodSets, w.PodSets[0]) }, wantErr: "must be unique"},
 		{name: "owner without uid", mutate: func(w *sluicev1.Workload) { w.Owners[0].Uid = "" }, wantErr: "workload.owners[0]"},
+		{name: "pod group not a label value", mutate: func(w *sluicev1.Workload) { w.Owners, w.PodGroup = nil, "a/b" }, wantErr: "workload.pod_group"},
+		{name: "pod group with owners", mutate: func(w *sluicev1.Workload) { w.PodGroup = "g" }, wantErr: "workload.owners: must be empty"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -67,6 +69,25 @@ func TestFromProto(t *testing.T) {
 				t.Fatalf("owner = %+v", o)
 			}
 		})
+	}
+}
+
+func TestFromProtoLabelsPodGroups(t *testing.T) {
+	p := validProto()
+	p.Owners, p.PodGroup = nil, "trainer"
+	wl, err := FromProto(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if PodGroup(wl) != "trainer" || len(wl.OwnerReferences) != 0 {
+		t.Fatalf("labels = %v, owners = %v; want the pod-group label and no owners", wl.Labels, wl.OwnerReferences)
+	}
+	single, err := FromProto(validProto())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if PodGroup(single) != "" {
+		t.Fatalf("a single pod's workload has pod group %q", PodGroup(single))
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
+	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 	"github.com/sluice-dev/sluice/pkg/podkeys"
 	"github.com/sluice-dev/sluice/pkg/rpc"
 	"github.com/sluice-dev/sluice/pkg/serve"
@@ -101,6 +102,7 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 	}
 	rec := controller.New(controller.Options{
 		Client:      mgr.GetClient(),
+		APIReader:   mgr.GetAPIReader(),
 		Admitter:    admitter,
 		Recorder:    mgr.GetEventRecorder(EventSource),
 		Metrics:     m,
@@ -154,7 +156,8 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 }
 
 // newManager builds a controller-runtime manager whose cache holds only
-// managed pods, without managedFields, and that serves nothing itself
+// managed pods and the metadata of pod groups' Workloads, without
+// managedFields, and that serves nothing itself
 // (probes and metrics are on --http-addr). There is no leader election:
 // replicas share the work by shard.
 func newManager(cfg *rest.Config, log logr.Logger) (manager.Manager, error) {
@@ -163,11 +166,18 @@ func newManager(cfg *rest.Config, log logr.Logger) (manager.Manager, error) {
 		return nil, fmt.Errorf("build scheme: %w", err)
 	}
 	managed := labels.SelectorFromSet(labels.Set{podkeys.ManagedLabel: podkeys.ManagedLabelValue})
+	groupWorkloads, err := labels.Parse(v1alpha1.PodGroupLabel)
+	if err != nil {
+		return nil, fmt.Errorf("select group workloads: %w", err)
+	}
 	mgr, err := ctrl.NewManager(cfg, manager.Options{
 		Scheme: scheme,
 		Logger: log,
 		Cache: cache.Options{
-			ByObject:         map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: managed}},
+			ByObject: map[client.Object]cache.ByObject{
+				&corev1.Pod{}:              {Label: managed},
+				controller.GroupWorkload(): {Label: groupWorkloads},
+			},
 			DefaultTransform: cache.TransformStripManagedFields(),
 		},
 		Metrics:                metricsserver.Options{BindAddress: "0"},

@@ -90,6 +90,8 @@ const (
 type Options struct {
 	// Client writes pods; its reads come from the manager's cache.
 	Client client.Client
+	// APIReader reads from the API server where the cache may lag.
+	APIReader client.Reader
 	// Admitter is the admitter's API.
 	Admitter admitterv1.AdmitterServiceClient
 	// Recorder emits events on pods.
@@ -172,6 +174,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 	if err != nil {
 		return fmt.Errorf("set up pod controller: %w", err)
 	}
+	if err := r.setupEmptyGroups(mgr); err != nil {
+		return err
+	}
 	if err := mgr.Add(manager.RunnableFunc(r.runStopChecks)); err != nil {
 		return fmt.Errorf("set up stop checks: %w", err)
 	}
@@ -228,6 +233,7 @@ func (r *Reconciler) Changes(decisions []*admitterv1.Decision) {
 			r.decisions.forget(keyOf(d))
 			r.stops.forget(keyOf(d))
 			r.groups.forget(keyOf(d))
+			r.wakeGated(keyOf(d))
 			continue
 		}
 		r.decisions.put(d, now)

@@ -19,6 +19,7 @@ import (
 	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
 	sluicev1 "github.com/sluice-dev/sluice/gen/sluice/v1"
 	"github.com/sluice-dev/sluice/pkg/crashpoint"
+	"github.com/sluice-dev/sluice/pkg/podgroup"
 	"github.com/sluice-dev/sluice/services/grouper/internal/group"
 	"github.com/sluice-dev/sluice/services/grouper/internal/metrics"
 	"github.com/sluice-dev/sluice/services/grouper/internal/podpatch"
@@ -303,8 +304,8 @@ func (r *Reconciler) observeGroup(ctx context.Context, key workload.Key, entry d
 // run). Under an admission the group is observed whole: its end is
 // reported once, and a pod's finalizer goes when the group ended, when a
 // newer pod of its role replaced it (failed pods hold their place until
-// then), or, for a succeeded pod being deleted, once its success is
-// recorded as reclaimable. Without an admission an ended pod holds nothing.
+// then), or, for a pod being deleted, once the group's state with it gone
+// is reported. Without an admission an ended pod holds nothing.
 func (r *Reconciler) groupProgress(ctx context.Context, pod *corev1.Pod, key workload.Key, entry decisionEntry, admitted bool) (reconcile.Result, error) {
 	if !podpatch.HasFinalizer(pod) {
 		return reconcile.Result{}, nil
@@ -339,7 +340,11 @@ func (r *Reconciler) groupProgress(ctx context.Context, pod *corev1.Pod, key wor
 			return reconcile.Result{}, r.removeFinalizer(ctx, pod)
 		}
 	}
-	if pod.Status.Phase == corev1.PodSucceeded && pod.DeletionTimestamp != nil {
+	if pod.DeletionTimestamp != nil && (pod.Status.Phase == corev1.PodSucceeded || podgroup.Retriable(pod)) {
+		// Being deleted: what it leaves behind (a success to reclaim, a
+		// place to fill) is recorded by the report above, so it need not
+		// stay Terminating. A non-retriable failure is kept until the group
+		// ends, which that failure decides.
 		return reconcile.Result{}, r.removeFinalizer(ctx, pod)
 	}
 	return reconcile.Result{}, nil

@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	sluicev1 "github.com/sluice-dev/sluice/gen/sluice/v1"
 	"github.com/sluice-dev/sluice/pkg/podkeys"
 )
 
@@ -166,8 +165,8 @@ func TestAssemble(t *testing.T) {
 			if fmt.Sprint(got) != fmt.Sprint(tt.podSets) || a.Workload.GetRef().GetName() != "g" || a.Workload.GetQueueName() != "lq" {
 				t.Fatalf("workload %v, want pod sets %v in queue lq", a.Workload, tt.podSets)
 			}
-			if len(a.Workload.GetOwners()) != len(a.Members) || slices.ContainsFunc(a.Workload.GetOwners(), (*sluicev1.OwnerReference).GetController) {
-				t.Fatalf("owners %v, want every member, none as controller", a.Workload.GetOwners())
+			if len(a.Workload.GetOwners()) != 0 || a.Workload.GetPodGroup() != "g" {
+				t.Fatalf("owners %v, pod group %q: want none, and the group's name", a.Workload.GetOwners(), a.Workload.GetPodGroup())
 			}
 		})
 	}

@@ -119,10 +119,12 @@ func ForSinglePod(pod *corev1.Pod) (*sluicev1.Workload, error) {
 // ForGroup builds the workload of pod group name from its pods (the
 // active ones the group package keeps, first in line first): one pod set
 // per role hash, named by the hash, counting the pods of that role and
-// shaped like the first of them, sorted by name. Every pod owns the
-// workload (none as controller), so it goes when all of them are gone; the
-// queue, priority and trace come from the first pod (the group package
-// refuses groups whose pods disagree on the queue).
+// shaped like the first of them, sorted by name. No pod owns the
+// workload: its pods come and go (a failed pod replaced, every pod deleted
+// by an eviction and created again) while it stays, so sluice deletes it
+// itself once the group has no pod and waits for none. The queue,
+// priority and trace come from the first pod (the group package refuses
+// groups whose pods disagree on the queue).
 func ForGroup(namespace, name string, pods []*corev1.Pod) (*sluicev1.Workload, error) {
 	if len(pods) == 0 {
 		return nil, fmt.Errorf("group %s/%s: no pods", namespace, name)
@@ -135,12 +137,7 @@ func ForGroup(namespace, name string, pods []*corev1.Pod) (*sluicev1.Workload, e
 	}
 	byRole := map[string]*sluicev1.PodSet{}
 	var sets []*sluicev1.PodSet
-	owners := make([]*sluicev1.OwnerReference, 0, len(pods))
 	for _, pod := range pods {
-		if pod.UID == "" {
-			return nil, fmt.Errorf("pod %s/%s: metadata.uid is empty: the workload's owners need it", pod.Namespace, pod.Name)
-		}
-		owners = append(owners, &sluicev1.OwnerReference{Name: pod.Name, Uid: string(pod.UID)})
 		hash, err := RoleHash(pod)
 		if err != nil {
 			return nil, err
@@ -167,8 +164,8 @@ func ForGroup(namespace, name string, pods []*corev1.Pod) (*sluicev1.Workload, e
 		Priority:          priority,
 		PriorityClassName: first.Spec.PriorityClassName,
 		PodSets:           sets,
-		Owners:            owners,
 		Traceparent:       first.Annotations[podkeys.TraceparentAnnotation],
+		PodGroup:          name,
 	}, nil
 }
 

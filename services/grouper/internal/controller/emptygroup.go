@@ -1,0 +1,138 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
+	sluicev1 "github.com/sluice-dev/sluice/gen/sluice/v1"
+	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
+	"github.com/sluice-dev/sluice/pkg/crashpoint"
+	"github.com/sluice-dev/sluice/pkg/podkeys"
+	"github.com/sluice-dev/sluice/services/grouper/internal/podpatch"
+	"github.com/sluice-dev/sluice/services/grouper/internal/workload"
+)
+
+// GroupWorkload is the metadata of a pod group's Workload, as the grouper
+// caches it: the cache holds only Workloads with the pod-group label (see
+// GroupWorkloadSelector), and only their metadata.
+func GroupWorkload() *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("Workload"))
+	return m
+}
+
+// emptyGroups notices pod groups whose pods are all gone and tells the
+// admitter, which deletes their Workload or, for a group an eviction
+// stopped, waits for the pods to come back. A group Workload has no
+// owners, so this is what ends it. It looks at a group when its Workload
+// changes (and at every group Workload when the grouper starts, so a
+// report lost in a crash is made again) and when one of its pods is
+// deleted.
+type emptyGroups struct{ r *Reconciler }
+
+func (r *Reconciler) setupEmptyGroups(mgr ctrl.Manager) error {
+	podGone := handler.Funcs{
+		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			pod, ok := e.Object.(*corev1.Pod)
+			if !ok {
+				return
+			}
+			if key, ok := workload.KeyFor(pod); ok && workload.IsGroupMember(pod) {
+				q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: key.Namespace, Name: key.Name}})
+			}
+		},
+	}
+	err := ctrl.NewControllerManagedBy(mgr).
+		Named("pod-groups").
+		For(GroupWorkload()).
+		Watches(&corev1.Pod{}, podGone).
+		WithOptions(controller.Options{
+			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](retryMin, retryMax),
+		}).
+		Complete(&emptyGroups{r: r})
+	if err != nil {
+		return fmt.Errorf("set up pod group controller: %w", err)
+	}
+	return nil
+}
+
+// Reconcile reports the group named by req when it has no pod left.
+func (g *emptyGroups) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	r := g.r
+	key := workload.Key{Namespace: req.Namespace, Name: req.Name}
+	if !r.opts.Shard.Owns(key.Namespace, key.Name) {
+		return reconcile.Result{}, nil
+	}
+	wl := GroupWorkload()
+	if err := r.opts.Client.Get(ctx, req.NamespacedName, wl); err != nil {
+		if apierrors.IsNotFound(err) {
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, fmt.Errorf("get workload %s from cache: %w", key, err)
+	}
+	if wl.DeletionTimestamp != nil || wl.Labels[v1alpha1.PodGroupLabel] == "" {
+		return reconcile.Result{}, nil
+	}
+	empty, err := g.empty(ctx, key)
+	if err != nil || !empty {
+		return reconcile.Result{}, err
+	}
+	ref := &sluicev1.WorkloadRef{Namespace: key.Namespace, Name: key.Name, Uid: string(wl.UID)}
+	if err := r.progress(ctx, nil, ref, &admitterv1.ReportProgressRequest{Workload: ref, NoPods: true}); err != nil {
+		return reconcile.Result{}, err
+	}
+	crashpoint.Hit("grouper/report-no-pods")
+	// Pods created from now on make the group again: they submit it anew.
+	r.groups.update(key, func(st *groupState) { st.submitted = false })
+	r.opts.Log.V(1).Info("group has no pods", "group", key.String())
+	return reconcile.Result{}, nil
+}
+
+// empty reports whether the group has no pod: none in the cache, and none
+// in the API server either (the cache may not have seen pods created a
+// moment ago, and a group with pods must not lose its Workload).
+func (g *emptyGroups) empty(ctx context.Context, key workload.Key) (bool, error) {
+	pods, err := g.r.groupPods(ctx, key)
+	if err != nil || len(pods) > 0 {
+		return false, err
+	}
+	live := &metav1.PartialObjectMetadataList{}
+	live.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
+	err = g.r.opts.APIReader.List(ctx, live, client.InNamespace(key.Namespace), client.Limit(1),
+		client.MatchingLabels{podkeys.ManagedLabel: podkeys.ManagedLabelValue, podkeys.PodGroupNameLabel: key.Name})
+	if err != nil {
+		return false, fmt.Errorf("list pods of group %s: %w", key, err)
+	}
+	return len(live.Items) == 0, nil
+}
+
+// wakeGated wakes the gated pods of a workload whose decision went away:
+// a group's pods created while its eviction was in force submit it now.
+func (r *Reconciler) wakeGated(key workload.Key) {
+	if !r.opts.Shard.Owns(key.Namespace, key.Name) {
+		return
+	}
+	pods, err := r.groupPods(context.Background(), key)
+	if err != nil {
+		r.opts.Log.Error(err, "list pods of workload", "workload", key.String())
+		return
+	}
+	for _, pod := range pods {
+		if workload.IsGroupMember(pod) && pod.DeletionTimestamp == nil && podpatch.HasGate(pod) {
+			r.wake <- event.TypedGenericEvent[*corev1.Pod]{Object: pod}
+		}
+	}
+}
