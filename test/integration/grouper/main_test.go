@@ -66,6 +66,10 @@ func setUp(env *testenv.Env) error {
 		return fmt.Errorf("clientset: %w", err)
 	}
 	s.cs = cs
+	// The grouper watches group Workloads: their CRD must exist.
+	if err := harness.InstallCRDs(ctx, env.Config); err != nil {
+		return err
+	}
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create namespace: %w", err)
 	}
