@@ -90,7 +90,9 @@ func runBurst(b *testing.B, shape string, newPod func(ns string, i int) *corev1.
 		b.Fatal(err)
 	}
 	defer s.Stop()
+	cpu := newCPUMeter(env, s)
 	res := measureSluice(ctx, b, env, cs, newPod)
+	cpuReport := cpu.report()
 
 	b.ReportMetric(res.podsPerSecond, "pods/s")
 	b.ReportMetric(raw.pipelinePerSecond, "raw-pods/s")
@@ -107,6 +109,7 @@ func runBurst(b *testing.B, shape string, newPod func(ns string, i int) *corev1.
 	fmt.Printf("median time per stage: %s\n", res.stages)
 	fmt.Printf("API writes per pod (all clients, pod create included): %.2f\n", res.writesPerPod)
 	fmt.Printf("writes by resource: %s\n", res.writesByResource)
+	fmt.Printf("CPU seconds from the burst's start to the last ungate (2 cores): %s\n", cpuReport)
 }
 
 type rawResult struct{ createsPerSecond, patchesPerSecond, pipelinePerSecond float64 }

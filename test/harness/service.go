@@ -94,6 +94,21 @@ func (s *Service) StartWithEnv(env ...string) error {
 	return nil
 }
 
+// Pid is the process id of the service's latest start; 0 when it never
+// started or has exited.
+func (s *Service) Pid() int {
+	r := s.current()
+	if r == nil {
+		return 0
+	}
+	select {
+	case <-r.done:
+		return 0
+	default:
+		return r.cmd.Process.Pid
+	}
+}
+
 func (s *Service) current() *run {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -219,3 +219,15 @@ func logDirOf(procs []*process) string {
 	}
 	return filepath.Dir(procs[0].logPath)
 }
+
+// Pids returns the process id of each running component, by name
+// ("etcd", "kube-apiserver", ...).
+func (e *Env) Pids() map[string]int {
+	pids := map[string]int{}
+	for _, p := range e.procs {
+		if !p.exited() {
+			pids[p.name] = p.cmd.Process.Pid
+		}
+	}
+	return pids
+}
