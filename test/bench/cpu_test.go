@@ -21,12 +21,14 @@ type cpuMeter struct {
 }
 
 // newCPUMeter notes the CPU time used so far by the control plane, the
-// four services and the benchmark itself.
+// four services (when s is not nil) and the benchmark itself.
 func newCPUMeter(env *testenv.Env, s *harness.Sluice) *cpuMeter {
 	pids := env.Pids()
-	for _, svc := range []*harness.Service{s.Admitter, s.Checks, s.Grouper, s.Webhook} {
-		if pid := svc.Pid(); pid != 0 {
-			pids[svc.Name] = pid
+	if s != nil {
+		for _, svc := range []*harness.Service{s.Admitter, s.Checks, s.Grouper, s.Webhook} {
+			if pid := svc.Pid(); pid != 0 {
+				pids[svc.Name] = pid
+			}
 		}
 	}
 	pids["benchmark"] = os.Getpid()

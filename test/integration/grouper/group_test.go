@@ -2,14 +2,18 @@ package grouper
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 	"github.com/sluice-dev/sluice/pkg/kube"
+	"github.com/sluice-dev/sluice/pkg/podkeys"
 )
 
 // TestGroupWithoutPods: a pod group's Workload has no owners; the grouper
@@ -55,4 +59,39 @@ func TestGroupWithoutPods(t *testing.T) {
 	if r := s.admitter.reportsFor(single.Name); len(r) > 0 {
 		t.Fatalf("a Workload without the pod-group label was reported: %v", r)
 	}
+}
+
+// TestGroupQueueChange: once every pod of a gated group names another
+// LocalQueue, the group's workload moves there (UpdateWorkload), as a
+// single pod's does.
+func TestGroupQueueChange(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	const group = "moving-group"
+	var pods []*corev1.Pod
+	for _, name := range []string{"moving-a", "moving-b"} {
+		pod := newPod(name)
+		pod.Labels[podkeys.PodGroupNameLabel] = group
+		pod.Annotations[podkeys.PodGroupTotalCountAnnotation] = "2"
+		pods = append(pods, createPodObject(ctx, t, pod))
+	}
+	waitFor(ctx, t, "the group submitted", func() error {
+		if len(s.admitter.submissionsFor(group)) == 0 {
+			return errors.New("not submitted")
+		}
+		return nil
+	})
+	patch := []byte(`{"metadata":{"labels":{"` + podkeys.QueueNameLabel + `":"other-queue"}}}`)
+	for _, pod := range pods {
+		if _, err := s.cs.CoreV1().Pods(namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatalf("change queue of %s: %v", pod.Name, err)
+		}
+	}
+	waitFor(ctx, t, "the group moved", func() error {
+		ups := s.admitter.updatesFor(group)
+		if len(ups) != 1 || ups[0].GetQueueName() != "other-queue" {
+			return fmt.Errorf("updates = %v, want one to other-queue", ups)
+		}
+		return nil
+	})
 }

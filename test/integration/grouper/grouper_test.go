@@ -377,7 +377,12 @@ func TestSnapshotResubmits(t *testing.T) {
 
 func createPod(ctx context.Context, t *testing.T, name string) *corev1.Pod {
 	t.Helper()
-	pod := &corev1.Pod{
+	return createPodObject(ctx, t, newPod(name))
+}
+
+// newPod is a gated, managed pod as the webhook leaves it.
+func newPod(name string) *corev1.Pod {
+	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      name,
 			Namespace: namespace,
@@ -403,11 +408,15 @@ func createPod(ctx context.Context, t *testing.T, name string) *corev1.Pod {
 			}}},
 		},
 	}
+}
+
+func createPodObject(ctx context.Context, t *testing.T, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
 	created, err := s.cs.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
-		t.Fatalf("create pod %s: %v", name, err)
+		t.Fatalf("create pod %s: %v", pod.Name, err)
 	}
-	t.Cleanup(func() { releasePod(t, name) })
+	t.Cleanup(func() { releasePod(t, pod.Name) })
 	return created
 }
 

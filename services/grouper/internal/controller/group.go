@@ -191,6 +191,13 @@ func (r *Reconciler) submitGroup(ctx context.Context, pod *corev1.Pod, key workl
 	}
 	r.opts.Metrics.Submissions.WithLabelValues(result).Inc()
 	crashpoint.Hit("grouper/submit")
+	// Every pod of the group now names another LocalQueue than its
+	// Workload: the group moves there, as a single pod does.
+	if existing := resp.GetQueueName(); existing != "" && existing != wl.GetQueueName() {
+		if err := r.moveQueue(ctx, wl); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
 	r.groups.update(key, func(g *groupState) { g.submitted, g.queue = true, a.Queue })
 	r.opts.Log.V(1).Info("group submitted", "group", key.String(), "pods", len(a.Members), "created", resp.GetCreated())
 	return reconcile.Result{}, nil
