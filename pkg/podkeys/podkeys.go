@@ -44,4 +44,8 @@ const (
 	TraceparentAnnotation = "sluice.dev/traceparent"
 	// WorkloadAnnotation names the sluice Workload a pod was admitted in.
 	WorkloadAnnotation = "sluice.dev/workload"
+	// WorkloadUIDAnnotation is the uid of that Workload: a pod group's name
+	// may be used again once a run finished, and the pods of the earlier
+	// run must not count in the later one.
+	WorkloadUIDAnnotation = "sluice.dev/workload-uid"
 )

@@ -236,6 +236,48 @@ func TestStory2WorkloadGoesWithItsPods(t *testing.T) {
 	}
 }
 
+// TestStory2GroupNameUsedAgain: a batch system runs a group again under
+// the same name while the pods of the finished run are still there. The
+// finished run's Workload makes room (it is deleted), the new pods queue
+// in a Workload of their own, and the earlier run's pods are left as they
+// were: neither deleted as excess nor counted in the new run.
+func TestStory2GroupNameUsedAgain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ns := createNamespace(ctx, t, "story2-again")
+	createQueues(ctx, t, ns, "story2-again", "2")
+	run := map[string]string{"kwok.sluice.dev/run-for": "1s"}
+	first := []*corev1.Pod{groupPod(ns, "nightly", "a-1", "1", 2, run), groupPod(ns, "nightly", "b-1", "1", 2, run)}
+	for _, p := range first {
+		mustCreate(ctx, t, p)
+	}
+	waitGroupEnded(ctx, t, "story2-again", first, sluicev1alpha1.ReasonSucceeded)
+	earlier := getWorkload(ctx, t, ns, "nightly")
+
+	second := []*corev1.Pod{groupPod(ns, "nightly", "a-2", "1", 2, run), groupPod(ns, "nightly", "b-2", "1", 2, run)}
+	for _, p := range second {
+		mustCreate(ctx, t, p)
+	}
+	for _, p := range second {
+		waitPod(ctx, t, p, "Succeeded", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded })
+	}
+	waitGroupEnded(ctx, t, "story2-again", second, sluicev1alpha1.ReasonSucceeded)
+	later := getWorkload(ctx, t, ns, "nightly")
+	if later.UID == earlier.UID {
+		t.Fatalf("the second run finished in the first run's Workload (uid %s)", later.UID)
+	}
+	for _, p := range second {
+		if got := getPod(ctx, t, p).Annotations[podkeys.WorkloadUIDAnnotation]; got != string(later.UID) {
+			t.Errorf("pod %s was admitted in Workload uid %q, want %s", p.Name, got, later.UID)
+		}
+	}
+	for _, p := range first {
+		if cur := getPod(ctx, t, p); cur.DeletionTimestamp != nil || cur.Status.Phase != corev1.PodSucceeded {
+			t.Errorf("the first run's pod %s was touched: phase %s, deleting %v", p.Name, cur.Status.Phase, cur.DeletionTimestamp != nil)
+		}
+	}
+}
+
 func setActive(ctx context.Context, t *testing.T, wl *sluicev1alpha1.Workload, active bool) {
 	t.Helper()
 	if err := e2eutil.SetActive(ctx, k8s, wl.Namespace, wl.Name, active); err != nil {

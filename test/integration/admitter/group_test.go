@@ -145,3 +145,42 @@ func TestEvictedGroupWaitsForItsPods(t *testing.T) {
 		t.Fatal("a group without its pods was reserved again")
 	}
 }
+
+// A new run of a pod group meets the finished Workload of the previous
+// run: that Workload is deleted, the submission is refused as retriable
+// (UNAVAILABLE) until it is gone, and then a new Workload is created. The
+// deletion of a finished Workload says so, for the grouper to leave the
+// new run's gated pods alone.
+func TestFinishedGroupMakesRoomForTheNextRun(t *testing.T) {
+	ctx := testContext(t)
+	st := newSetup(ctx, t, queueOptions{cpu: "1"})
+	w := watchDecisions(t, "")
+	first := submit(ctx, t, st.ns, "nightly", "1", asGroup)
+	waitWorkload(ctx, t, st.ns, "nightly", "admitted", func(wl *v1alpha1.Workload) bool { return isTrue(wl, v1alpha1.WorkloadAdmitted) })
+	if _, err := s.client.ReportProgress(ctx, &admitterv1.ReportProgressRequest{
+		Workload: &sluicev1.WorkloadRef{Namespace: st.ns, Name: "nightly"}, Finish: &admitterv1.Finish{Succeeded: true},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	waitWorkload(ctx, t, st.ns, "nightly", "finished", func(wl *v1alpha1.Workload) bool { return isTrue(wl, v1alpha1.WorkloadFinished) })
+
+	again := &sluicev1.Workload{
+		Ref: &sluicev1.WorkloadRef{Namespace: st.ns, Name: "nightly"}, QueueName: "lq", PodGroup: "nightly",
+		PodSets: []*sluicev1.PodSet{{Name: "main", Count: 1, RoleHash: "abc123", Requests: map[string]string{"cpu": "1"}}},
+	}
+	_, err := s.client.SubmitWorkload(ctx, &admitterv1.SubmitWorkloadRequest{Workload: again})
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("submitting the next run while the finished one exists: %v, want UNAVAILABLE", err)
+	}
+	if d := w.wait(ctx, t, st.ns, "nightly", admitterv1.Decision_ACTION_DELETE); !d.GetFinished() {
+		t.Fatalf("the finished Workload's DELETE decision does not say it finished: %v", d)
+	}
+	reportStopped(ctx, t, st.ns, "nightly", "")
+	waitGone(ctx, t, st.ns, "nightly")
+
+	resp, err := s.client.SubmitWorkload(ctx, &admitterv1.SubmitWorkloadRequest{Workload: again})
+	if err != nil || !resp.GetCreated() || resp.GetUid() == first.GetUid() {
+		t.Fatalf("submitting the next run once the finished one is gone: %v (created %v, uid %s, first uid %s)",
+			err, resp.GetCreated(), resp.GetUid(), first.GetUid())
+	}
+}

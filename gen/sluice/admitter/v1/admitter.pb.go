@@ -102,8 +102,8 @@ const (
 	// finished, its quota was released, or it is gone); drop it.
 	Decision_ACTION_FORGET Decision_Action = 3
 	// ACTION_DELETE: the Workload object is being deleted. Delete every pod
-	// of it, gated ones too, and never submit it again; once none is left,
-	// report Stopped.
+	// of it, gated ones too (unless finished is set), and never submit it
+	// again; once none is left, report Stopped.
 	Decision_ACTION_DELETE Decision_Action = 4
 )
 
@@ -853,7 +853,13 @@ type Decision struct {
 	// admitted_at is when the workload was admitted (ACTION_ADMIT): the
 	// transition of its Admitted condition. The grouper times admission to
 	// ungating from it.
-	AdmittedAt    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=admitted_at,json=admittedAt,proto3" json:"admitted_at,omitempty"`
+	AdmittedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=admitted_at,json=admittedAt,proto3" json:"admitted_at,omitempty"`
+	// finished says the workload had finished before it was deleted
+	// (ACTION_DELETE): every pod of it has ended, so a gated pod under its
+	// name belongs to a later run of the same pod group. Such pods are left
+	// alone, do not hold the deletion up, and are submitted once the
+	// decision is forgotten.
+	Finished      bool `protobuf:"varint,9,opt,name=finished,proto3" json:"finished,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -944,6 +950,13 @@ func (x *Decision) GetAdmittedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Decision) GetFinished() bool {
+	if x != nil {
+		return x.Finished
+	}
+	return false
+}
+
 var File_sluice_admitter_v1_admitter_proto protoreflect.FileDescriptor
 
 const file_sluice_admitter_v1_admitter_proto_rawDesc = "" +
@@ -997,7 +1010,7 @@ const file_sluice_admitter_v1_admitter_proto_rawDesc = "" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rKIND_SNAPSHOT\x10\x01\x12\x15\n" +
 	"\x11KIND_SNAPSHOT_END\x10\x02\x12\x0f\n" +
-	"\vKIND_CHANGE\x10\x03\"\xdc\x04\n" +
+	"\vKIND_CHANGE\x10\x03\"\xf8\x04\n" +
 	"\bDecision\x122\n" +
 	"\bworkload\x18\x01 \x01(\v2\x16.sluice.v1.WorkloadRefR\bworkload\x12;\n" +
 	"\x06action\x18\x02 \x01(\x0e2#.sluice.admitter.v1.Decision.ActionR\x06action\x12#\n" +
@@ -1007,7 +1020,8 @@ const file_sluice_admitter_v1_admitter_proto_rawDesc = "" +
 	"\x0ereservation_id\x18\x06 \x01(\tR\rreservationId\x12T\n" +
 	"\x0epod_set_counts\x18\a \x03(\v2..sluice.admitter.v1.Decision.PodSetCountsEntryR\fpodSetCounts\x12;\n" +
 	"\vadmitted_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"admittedAt\x1a?\n" +
+	"admittedAt\x12\x1a\n" +
+	"\bfinished\x18\t \x01(\bR\bfinished\x1a?\n" +
 	"\x11PodSetCountsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"j\n" +

@@ -29,6 +29,7 @@ func decisionFor(wl *v1alpha1.Workload) *admitterv1.Decision {
 	case isDeleting(wl):
 		d.Action = admitterv1.Decision_ACTION_DELETE
 		d.Message = "the Workload was deleted"
+		d.Finished = isFinished(wl)
 	case isFinished(wl):
 		return nil
 	case isEvicting(wl):

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
@@ -58,6 +59,9 @@ func TestDecisionFor(t *testing.T) {
 			}
 			if d.GetAction() == admitterv1.Decision_ACTION_EVICT && d.GetReservationId() != "r" {
 				t.Fatalf("evict decision carries reservation %q, want r", d.GetReservationId())
+			}
+			if finished := meta.IsStatusConditionTrue(tc.status.Conditions, v1alpha1.WorkloadFinished); d.GetAction() == admitterv1.Decision_ACTION_DELETE && d.GetFinished() != finished {
+				t.Fatalf("delete decision says finished=%v, want %v", d.GetFinished(), finished)
 			}
 		})
 	}

@@ -27,16 +27,13 @@ import (
 // of a group) costs one create, not one attempt each.
 func (w *Writer) Submit(ctx context.Context, wl *v1alpha1.Workload) (*v1alpha1.Workload, bool, error) {
 	key := workload.Key(wl)
-	if cur := w.cfg.Store.Get(key); cur != nil && !waitsForPods(cur) {
+	if cur := w.cfg.Store.Get(key); cur != nil && !waitsForPods(cur) && !pastRun(cur) {
 		return cur, false, nil
 	}
 	unlock := w.cfg.Locks.Lock(key)
 	defer unlock()
 	if cur := w.cfg.Store.Get(key); cur != nil {
-		if waitsForPods(cur) {
-			return w.podsBackLocked(ctx, cur, wl)
-		}
-		return cur, false, nil
+		return w.resubmittedLocked(ctx, cur, wl)
 	}
 	wl = wl.DeepCopy()
 	if !slices.Contains(wl.Finalizers, v1alpha1.ResourceInUseFinalizer) {
@@ -52,13 +49,50 @@ func (w *Writer) Submit(ctx context.Context, wl *v1alpha1.Workload) (*v1alpha1.W
 		return nil, false, fmt.Errorf("create workload %s: %w", key, err)
 	}
 	if cur := w.cfg.Store.Get(key); cur != nil {
-		return cur, false, nil
+		return w.resubmittedLocked(ctx, cur, wl)
 	}
+	// Finished workloads are retired from the store: read it.
 	var existing v1alpha1.Workload
 	if err := w.cfg.APIReader.Get(ctx, key, &existing); err != nil {
 		return nil, false, fmt.Errorf("read existing workload %s: %w", key, err)
 	}
-	return &existing, false, nil
+	return w.resubmittedLocked(ctx, &existing, wl)
+}
+
+// ErrPastRun refuses, for now, the submission of a pod group whose name
+// still belongs to a Workload that finished (or is being deleted): that
+// Workload is deleted, and the submission succeeds once it is gone.
+var ErrPastRun = errors.New("the pod group's previous Workload is being replaced")
+
+// pastRun reports whether cur is a pod group's Workload that finished or
+// is being deleted: pods submitting under its name are a new run.
+func pastRun(cur *v1alpha1.Workload) bool {
+	return workload.PodGroup(cur) != "" && (workload.IsFinished(cur) || workload.IsDeleting(cur))
+}
+
+// resubmittedLocked answers the submission of a workload that exists:
+// the existing one, unless its group's pods are back after a wait (see
+// podsBackLocked) or a new run of the group meets the previous run's
+// finished Workload, which is deleted to make room.
+func (w *Writer) resubmittedLocked(ctx context.Context, cur, submitted *v1alpha1.Workload) (*v1alpha1.Workload, bool, error) {
+	switch {
+	case pastRun(cur):
+		if !workload.IsDeleting(cur) {
+			uid := cur.UID
+			target := &v1alpha1.Workload{ObjectMeta: metav1.ObjectMeta{Namespace: cur.Namespace, Name: cur.Name}}
+			if err := w.cfg.Client.Delete(ctx, target, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				return nil, false, fmt.Errorf("delete the finished workload %s/%s of a pod group's previous run: %w", cur.Namespace, cur.Name, err)
+			}
+			w.cfg.Metrics.WorkloadWrites.WithLabelValues("delete-past-run").Inc()
+			w.cfg.Recorder.Eventf(cur, nil, "Normal", "Replaced", "Delete",
+				"new pods of pod group %s were created after this run finished; the Workload goes so they can queue", workload.PodGroup(cur))
+		}
+		return nil, false, fmt.Errorf("%w: Workload %s/%s (uid %s) finished or is being deleted; retry once it is gone",
+			ErrPastRun, cur.Namespace, cur.Name, cur.UID)
+	case waitsForPods(cur):
+		return w.podsBackLocked(ctx, cur, submitted)
+	}
+	return cur, false, nil
 }
 
 // ErrPodSetsChanged refuses the submission of a group whose pods came back

@@ -167,7 +167,7 @@ func toStatus(err error) error {
 		return errNotLeader
 	case errors.Is(err, lifecycle.ErrPodSetsChanged):
 		return status.Error(codes.FailedPrecondition, err.Error())
-	case errors.Is(err, controller.ErrStale):
+	case errors.Is(err, controller.ErrStale), errors.Is(err, lifecycle.ErrPastRun):
 		return status.Error(codes.Unavailable, err.Error())
 	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
 		return status.Error(codes.InvalidArgument, err.Error())

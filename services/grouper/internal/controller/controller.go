@@ -401,7 +401,7 @@ func (r *Reconciler) ungate(ctx context.Context, pod *corev1.Pod, key workload.K
 	info, err := podSetInfoFor(d, workload.SinglePodSetName)
 	if err == nil {
 		var patch []byte
-		patch, err = podpatch.Ungate(pod, info, key.Name)
+		patch, err = podpatch.Ungate(pod, info, &sluicev1.WorkloadRef{Namespace: key.Namespace, Name: key.Name, Uid: d.GetWorkload().GetUid()})
 		if err == nil {
 			return r.sendUngate(ctx, pod, key, entry, st, patch)
 		}

@@ -110,6 +110,9 @@ func (r *Reconciler) groupMember(ctx context.Context, pod *corev1.Pod, key workl
 		// The pods of a stopped group come back as new pods; an ended one
 		// holds nothing.
 		return reconcile.Result{}, r.removeFinalizer(ctx, pod)
+	case hasDecision && action == admitterv1.Decision_ACTION_DELETE && d.GetFinished() && podpatch.HasGate(pod):
+		// A later run of the group: it queues once the finished one is gone.
+		return reconcile.Result{}, nil
 	case hasDecision && action == admitterv1.Decision_ACTION_DELETE:
 		return r.remove(ctx, pod, d, st)
 	case hasDecision && action == admitterv1.Decision_ACTION_EVICT:
@@ -282,7 +285,7 @@ func (r *Reconciler) ungateMember(ctx context.Context, pod *corev1.Pod, key work
 		var info *sluicev1.PodSetInfo
 		if info, err = podSetInfoFor(entry.decision, hash); err == nil {
 			var patch []byte
-			if patch, err = podpatch.Ungate(pod, info, key.Name); err == nil {
+			if patch, err = podpatch.Ungate(pod, info, ref); err == nil {
 				return r.sendUngate(ctx, pod, key, entry, st, patch)
 			}
 		}
@@ -299,11 +302,12 @@ func (r *Reconciler) observeGroup(ctx context.Context, key workload.Key, entry d
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	state, err := group.Observe(entry.decision.GetPodSetCounts(), pods)
+	uid := entry.decision.GetWorkload().GetUid()
+	state, err := group.Observe(uid, entry.decision.GetPodSetCounts(), pods)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	ref := &sluicev1.WorkloadRef{Namespace: key.Namespace, Name: key.Name, Uid: entry.decision.GetWorkload().GetUid()}
+	ref := &sluicev1.WorkloadRef{Namespace: key.Namespace, Name: key.Name, Uid: uid}
 	return pods, state, ref, nil
 }
 

@@ -90,7 +90,7 @@ func (r *Reconciler) checkStopped(ctx context.Context, key workload.Key) error {
 		return fmt.Errorf("list pods of workload %s: %w", key, err)
 	}
 	for i := range pods.Items {
-		if !stoppedFor(&pods.Items[i], d.GetAction()) {
+		if !stoppedFor(&pods.Items[i], d) {
 			return nil // its own reconcile wakes this check again
 		}
 	}
@@ -111,13 +111,14 @@ func (r *Reconciler) checkStopped(ctx context.Context, key workload.Key) error {
 }
 
 // stoppedFor reports whether pod no longer stands in the way of the stop
-// a decision with action asks for.
-func stoppedFor(pod *corev1.Pod, action admitterv1.Decision_Action) bool {
+// decision d asks for. Gated pods wait out an eviction, and the deletion
+// of a finished workload (they are a later run of its group).
+func stoppedFor(pod *corev1.Pod, d *admitterv1.Decision) bool {
 	ended := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 	if ended {
 		return !podpatch.HasFinalizer(pod)
 	}
-	if action == admitterv1.Decision_ACTION_EVICT {
+	if d.GetAction() == admitterv1.Decision_ACTION_EVICT || d.GetFinished() {
 		return podpatch.HasGate(pod)
 	}
 	return !podpatch.HasFinalizer(pod)

@@ -37,6 +37,13 @@ func Active(pod *corev1.Pod) bool {
 	return pod.DeletionTimestamp == nil || pod.Spec.NodeName != ""
 }
 
+// Released reports whether pod ended and sluice's finalizer is off it:
+// sluice is done with it.
+func Released(pod *corev1.Pod) bool {
+	ended := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+	return ended && !podpatch.HasFinalizer(pod)
+}
+
 // MismatchError says that a group's pods disagree on a key that must be
 // the same for all of them.
 type MismatchError struct {
@@ -87,10 +94,14 @@ type Assembly struct {
 }
 
 // Assemble reads the pods of group name (every pod carrying its name, in
-// any order). A group whose pods disagree on the queue or the total count
+// any order) for a workload to submit. A group whose pods disagree on the queue or the total count
 // has no workload (MismatchError), nor has one with too many roles
 // (TooManyRolesError).
 func Assemble(namespace, name string, pods []*corev1.Pod) (*Assembly, error) {
+	// Pods that ended and that sluice let go of belong to a run that is
+	// over (the group comes back with new pods): they neither count nor
+	// need to agree.
+	pods = slices.DeleteFunc(slices.Clone(pods), Released)
 	if len(pods) == 0 {
 		return nil, fmt.Errorf("group %s/%s: no pods", namespace, name)
 	}
@@ -208,15 +219,19 @@ type State struct {
 	Message  string
 }
 
-// Observe reads an admitted group: its pod sets (role hash → count) and
-// all its pods.
-func Observe(podSets map[string]int32, pods []*corev1.Pod) (*State, error) {
+// Observe reads an admitted group: the uid of its Workload, its pod sets
+// (role hash → count) and all the pods carrying its name. Pods admitted in
+// another Workload of the same name (an earlier run) are not its own.
+func Observe(uid string, podSets map[string]int32, pods []*corev1.Pod) (*State, error) {
 	st := &State{Missing: map[string]int32{}, Succeeded: map[string]int32{}}
 	type role struct{ active, failed []*corev1.Pod }
 	roles := map[string]*role{}
 	var running, succeeded int32
 	nonRetriable := ""
 	for _, p := range pods {
+		if other := p.Annotations[podkeys.WorkloadUIDAnnotation]; other != "" && uid != "" && other != uid {
+			continue
+		}
 		hash, err := workload.RoleHash(p)
 		if err != nil {
 			return nil, err

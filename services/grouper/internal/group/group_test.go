@@ -49,6 +49,14 @@ func failed(at int) func(*corev1.Pod) {
 }
 
 func succeeded(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }
+
+// released: sluice's finalizer is off the pod.
+func released(p *corev1.Pod) { p.Finalizers = nil }
+
+// admittedIn marks the pod as ungated in the Workload of uid.
+func admittedIn(uid string) func(*corev1.Pod) {
+	return func(p *corev1.Pod) { p.Annotations[podkeys.WorkloadUIDAnnotation] = uid }
+}
 func terminating(p *corev1.Pod) {
 	now := metav1.NewTime(epoch)
 	p.DeletionTimestamp = &now
@@ -115,6 +123,13 @@ func TestAssemble(t *testing.T) {
 				pod("young-running", "r", 9, running)},
 			members: []string{"young-running", "old-gated", "a"},
 			excess:  []string{"b"},
+			podSets: map[string]int32{"r": 3},
+		},
+		{
+			name: "a finished earlier run neither counts nor has to agree",
+			pods: []*corev1.Pod{pod("old-0", "r", 0, running, succeeded, released, total("2")), pod("old-1", "r", 1, running, succeeded, released, total("2")),
+				pod("a", "r", 10), pod("b", "r", 11), pod("c", "r", 12)},
+			members: []string{"a", "b", "c"},
 			podSets: map[string]int32{"r": 3},
 		},
 		{
@@ -265,6 +280,12 @@ func TestObserveAdmittedGroup(t *testing.T) {
 			finished:  true, message: "pod w0 failed and is not retriable",
 		},
 		{
+			name: "an earlier run's pods are not this run's",
+			pods: []*corev1.Pod{pod("old-m", "m", 0, succeeded, released, admittedIn("earlier")), pod("old-w", "w", 0, succeeded, released, admittedIn("earlier")),
+				pod("m", "m", 10, running, admittedIn("this")), pod("w0", "w", 11, running, admittedIn("this")), pod("w1", "w", 12, running)},
+			missing: map[string]int32{},
+		},
+		{
 			name: "not retriable while others run: not finished yet",
 			pods: []*corev1.Pod{pod("m", "m", 0, running), pod("w0", "w", 1, failed(10), notRetriable),
 				pod("w1", "w", 2, running)},
@@ -273,7 +294,7 @@ func TestObserveAdmittedGroup(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			st, err := Observe(sets, tt.pods)
+			st, err := Observe("this", sets, tt.pods)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -52,10 +52,10 @@ func (e *ConflictError) Error() string {
 // workload: it removes sluice's scheduling gate (other gates stay), adds
 // info's node selector entries and tolerations (those the pod lacks),
 // sets info's labels and annotations plus the pod set label and the
-// workload annotation. The pod's uid makes the patch fail on a pod
-// recreated under the same name. A node selector entry that contradicts
-// the pod's own is a *ConflictError.
-func Ungate(pod *corev1.Pod, info *sluicev1.PodSetInfo, workloadName string) ([]byte, error) {
+// workload's name and uid annotations. The pod's uid makes the patch fail
+// on a pod recreated under the same name. A node selector entry that
+// contradicts the pod's own is a *ConflictError.
+func Ungate(pod *corev1.Pod, info *sluicev1.PodSetInfo, wl *sluicev1.WorkloadRef) ([]byte, error) {
 	spec := map[string]any{
 		"schedulingGates": []map[string]string{{"$patch": "delete", "name": podkeys.AdmissionGate}},
 	}
@@ -80,7 +80,10 @@ func Ungate(pod *corev1.Pod, info *sluicev1.PodSetInfo, workloadName string) ([]
 	if annotations == nil {
 		annotations = map[string]string{}
 	}
-	annotations[podkeys.WorkloadAnnotation] = workloadName
+	annotations[podkeys.WorkloadAnnotation] = wl.GetName()
+	if uid := wl.GetUid(); uid != "" {
+		annotations[podkeys.WorkloadUIDAnnotation] = uid
+	}
 
 	patch := map[string]any{
 		"metadata": map[string]any{

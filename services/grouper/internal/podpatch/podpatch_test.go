@@ -89,7 +89,7 @@ func TestUngate(t *testing.T) {
 			wantLabels: map[string]string{
 				podkeys.ManagedLabel: "true", "app": "demo", "flavor": "on-demand", podkeys.PodSetLabel: "main",
 			},
-			wantAnnotations: map[string]string{"keep": "me", "check": "ok", podkeys.WorkloadAnnotation: "pod-p-abcde"},
+			wantAnnotations: map[string]string{"keep": "me", "check": "ok", podkeys.WorkloadAnnotation: "pod-p-abcde", podkeys.WorkloadUIDAnnotation: "wl-uid"},
 			wantTolsInPatch: true,
 		},
 		{
@@ -99,7 +99,7 @@ func TestUngate(t *testing.T) {
 			wantSelector:    map[string]string{"disk": "ssd"},
 			wantTolerations: []corev1.Toleration{{Key: "own", Operator: corev1.TolerationOpExists}},
 			wantLabels:      map[string]string{podkeys.ManagedLabel: "true", "app": "demo", podkeys.PodSetLabel: "main"},
-			wantAnnotations: map[string]string{"keep": "me", podkeys.WorkloadAnnotation: "pod-p-abcde"},
+			wantAnnotations: map[string]string{"keep": "me", podkeys.WorkloadAnnotation: "pod-p-abcde", podkeys.WorkloadUIDAnnotation: "wl-uid"},
 		},
 		{
 			name: "tolerations the pod has are not patched",
@@ -111,7 +111,7 @@ func TestUngate(t *testing.T) {
 			wantSelector:    map[string]string{"disk": "ssd"},
 			wantTolerations: []corev1.Toleration{{Key: "own", Operator: corev1.TolerationOpExists}},
 			wantLabels:      map[string]string{podkeys.ManagedLabel: "true", "app": "demo", podkeys.PodSetLabel: "main"},
-			wantAnnotations: map[string]string{"keep": "me", podkeys.WorkloadAnnotation: "pod-p-abcde"},
+			wantAnnotations: map[string]string{"keep": "me", podkeys.WorkloadAnnotation: "pod-p-abcde", podkeys.WorkloadUIDAnnotation: "wl-uid"},
 		},
 		{
 			name:            "our gate alone",
@@ -121,7 +121,7 @@ func TestUngate(t *testing.T) {
 			wantSelector:    map[string]string{"disk": "ssd"},
 			wantTolerations: []corev1.Toleration{{Key: "own", Operator: corev1.TolerationOpExists}},
 			wantLabels:      map[string]string{podkeys.ManagedLabel: "true", "app": "demo", podkeys.PodSetLabel: "main"},
-			wantAnnotations: map[string]string{"keep": "me", podkeys.WorkloadAnnotation: "pod-p-abcde"},
+			wantAnnotations: map[string]string{"keep": "me", podkeys.WorkloadAnnotation: "pod-p-abcde", podkeys.WorkloadUIDAnnotation: "wl-uid"},
 		},
 	}
 	for _, tt := range tests {
@@ -130,7 +130,7 @@ func TestUngate(t *testing.T) {
 			if tt.mutatePod != nil {
 				tt.mutatePod(pod)
 			}
-			patch, err := Ungate(pod, tt.info, "pod-p-abcde")
+			patch, err := Ungate(pod, tt.info, &sluicev1.WorkloadRef{Name: "pod-p-abcde", Uid: "wl-uid"})
 			if err != nil {
 				t.Fatalf("Ungate: %v", err)
 			}
@@ -175,7 +175,7 @@ func TestUngate(t *testing.T) {
 }
 
 func TestUngateNodeSelectorConflict(t *testing.T) {
-	_, err := Ungate(gatedPod(), &sluicev1.PodSetInfo{Name: "main", NodeSelector: map[string]string{"disk": "hdd"}}, "w")
+	_, err := Ungate(gatedPod(), &sluicev1.PodSetInfo{Name: "main", NodeSelector: map[string]string{"disk": "hdd"}}, &sluicev1.WorkloadRef{Name: "w"})
 	var conflict *ConflictError
 	if !errors.As(err, &conflict) {
 		t.Fatalf("Ungate error = %v, want a *ConflictError", err)
