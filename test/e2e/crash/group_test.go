@@ -246,3 +246,53 @@ func crashGroupEviction(t *testing.T, point string) {
 		t.Errorf("ClusterQueue reported %s cpu reserved, want at most the group's 2", q.String())
 	}
 }
+
+// TestCrashGroupRunAgain crashes a service while a pod group runs again
+// under the name of its finished run: the finished Workload is deleted
+// and a new one created for the new pod, which runs once; the first run's
+// pod is left alone.
+func TestCrashGroupRunAgain(t *testing.T) {
+	for _, point := range []string{"admitter/delete-past-run", "grouper/report-stopped", "grouper/submit"} {
+		t.Run(point, func(t *testing.T) { crashGroupRunAgain(t, point) })
+	}
+}
+
+func crashGroupRunAgain(t *testing.T, point string) {
+	ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
+	defer cancel()
+
+	// Scenario: a 1-cpu queue; a group of one pod runs for 1s and
+	// finishes, then the same group name is used for a new pod.
+	ns := createNamespace(ctx, t, "group-again")
+	createQueues(ctx, t, ns, userQueue, ns, "1")
+	hist := record(ctx, t, ns, ns)
+	earlier := groupPod(ns, "g", "run-1", "1", "1s", 1)
+	mustCreate(ctx, t, earlier)
+	waitPod(ctx, t, earlier, "Succeeded without sluice's finalizer", endedClean(corev1.PodSucceeded))
+	first := workloadOf(ctx, t, earlier, "Finished", condIs(sluicev1alpha1.WorkloadFinished, metav1.ConditionTrue, sluicev1alpha1.ReasonSucceeded))
+
+	// Crash point.
+	c := arm(ctx, t, point)
+	later := groupPod(ns, "g", "run-2", "1", "1s", 1)
+	mustCreate(ctx, t, later)
+	c.waitHit(ctx, t)
+
+	// End state: the new pod ran in a Workload of its own.
+	waitPod(ctx, t, later, "Succeeded without sluice's finalizer", endedClean(corev1.PodSucceeded))
+	second := workloadOf(ctx, t, later, "Finished", condIs(sluicev1alpha1.WorkloadFinished, metav1.ConditionTrue, sluicev1alpha1.ReasonSucceeded))
+	if second.UID == first.UID {
+		t.Fatalf("the new run finished in the first run's Workload %s", first.UID)
+	}
+	settle(ctx, t, ns)
+	hist.stop()
+	hist.check(t)
+	if n := hist.added(first.Name); n != 2 {
+		t.Errorf("Workload %s was created %d times, want twice: once per run", first.Name, n)
+	}
+	if n := hist.ungates(later.Name); n != 1 {
+		t.Errorf("the new pod was ungated %d times, want 1", n)
+	}
+	if cur := waitPod(ctx, t, earlier, "still there", phaseIs(corev1.PodSucceeded)); cur.DeletionTimestamp != nil {
+		t.Errorf("the first run's pod was deleted")
+	}
+}

@@ -83,6 +83,7 @@ func (w *Writer) resubmittedLocked(ctx context.Context, cur, submitted *v1alpha1
 			if err := w.cfg.Client.Delete(ctx, target, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 				return nil, false, fmt.Errorf("delete the finished workload %s/%s of a pod group's previous run: %w", cur.Namespace, cur.Name, err)
 			}
+			crashpoint.Hit("admitter/delete-past-run")
 			w.cfg.Metrics.WorkloadWrites.WithLabelValues("delete-past-run").Inc()
 			w.cfg.Recorder.Eventf(cur, nil, "Normal", "Replaced", "Delete",
 				"new pods of pod group %s were created after this run finished; the Workload goes so they can queue", workload.PodGroup(cur))
