@@ -127,6 +127,18 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
+func TestPprofOnlyWhenEnabled(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		srv := NewServer(prometheus.NewRegistry())
+		srv.EnablePprof(on)
+		base := startServer(t, srv)
+		code, body := get(t, base+"/debug/pprof/")
+		if got := code == http.StatusOK && strings.Contains(body, "goroutine"); got != on {
+			t.Errorf("pprof enabled=%v: GET /debug/pprof/ = %d; profiles served = %v", on, code, got)
+		}
+	}
+}
+
 func TestRunReportsListenerFailure(t *testing.T) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -146,8 +158,8 @@ func TestBindFlags(t *testing.T) {
 		want Flags
 	}{
 		{name: "defaults", want: Flags{HTTPAddr: ":8080", LogLevel: "info", LogFormat: "json"}},
-		{name: "overrides", args: []string{"--http-addr=127.0.0.1:9000", "--log-level=debug", "--log-format=text"},
-			want: Flags{HTTPAddr: "127.0.0.1:9000", LogLevel: "debug", LogFormat: "text"}},
+		{name: "overrides", args: []string{"--http-addr=127.0.0.1:9000", "--log-level=debug", "--log-format=text", "--pprof"},
+			want: Flags{HTTPAddr: "127.0.0.1:9000", LogLevel: "debug", LogFormat: "text", Pprof: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

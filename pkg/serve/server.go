@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strings"
@@ -33,9 +34,11 @@ const (
 	shutdownTimeout   = 5 * time.Second
 )
 
-// Server serves /healthz, /readyz and /metrics. Add checks before Run.
+// Server serves /healthz, /readyz and /metrics, and /debug/pprof/ when
+// asked. Add checks before Run.
 type Server struct {
 	gatherer prometheus.Gatherer
+	pprof    bool
 
 	mu       sync.RWMutex
 	liveness []namedCheck
@@ -60,6 +63,10 @@ func NewRegistry() *prometheus.Registry {
 	return r
 }
 
+// EnablePprof makes the server serve Go's profiles under /debug/pprof/
+// (the --pprof flag). Call it before Run.
+func (s *Server) EnablePprof(on bool) { s.pprof = on }
+
 // AddLivenessCheck adds a check to /healthz. With no liveness checks,
 // /healthz succeeds whenever the process serves HTTP.
 func (s *Server) AddLivenessCheck(name string, c Check) {
@@ -76,12 +83,19 @@ func (s *Server) AddReadinessCheck(name string, c Check) {
 	s.ready = append(s.ready, namedCheck{name: name, check: c})
 }
 
-// Handler returns the HTTP handler for the three paths.
+// Handler returns the HTTP handler for the three paths (and the profiles).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /healthz", s.checksHandler("healthz", func() []namedCheck { return s.liveness }))
 	mux.Handle("GET /readyz", s.checksHandler("readyz", func() []namedCheck { return s.ready }))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{}))
+	if s.pprof {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	return mux
 }
 

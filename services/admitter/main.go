@@ -70,6 +70,7 @@ func run() error {
 			return err
 		}
 		cfg.HTTPAddr = sf.HTTPAddr
+		cfg.Pprof = sf.Pprof
 		log.Info("starting", "version", version, "grpcAddr", cfg.GRPCAddr, "httpAddr", cfg.HTTPAddr,
 			"leaderElect", cfg.LeaderElect, "lease", cfg.LeaseNamespace+"/"+cfg.LeaseName)
 		return app.Run(ctx, log, cfg)

@@ -66,13 +66,13 @@ func run(ctx context.Context, args []string, logOut io.Writer, onListen listenin
 	}
 
 	return serve.Main(ctx, logOut, serviceName, version, sf, func(ctx context.Context, log logr.Logger) error {
-		return serveChecks(ctx, log, sf.HTTPAddr, *grpcAddr, *shutdownTimeout, onListen)
+		return serveChecks(ctx, log, sf, *grpcAddr, *shutdownTimeout, onListen)
 	})
 }
 
 // serveChecks serves the built-in providers over gRPC and the probes and
 // metrics over HTTP until ctx ends.
-func serveChecks(ctx context.Context, log logr.Logger, httpAddr, grpcAddr string, shutdownTimeout time.Duration, onListen listening) error {
+func serveChecks(ctx context.Context, log logr.Logger, sf *serve.Flags, grpcAddr string, shutdownTimeout time.Duration, onListen listening) error {
 	reg := serve.NewRegistry()
 	metrics := grpcprom.NewServerMetrics()
 	reg.MustRegister(metrics)
@@ -90,13 +90,14 @@ func serveChecks(ctx context.Context, log logr.Logger, httpAddr, grpcAddr string
 	if err != nil {
 		return fmt.Errorf("--grpc-addr: %w", err)
 	}
-	httpLis, err := net.Listen("tcp", httpAddr)
+	httpLis, err := net.Listen("tcp", sf.HTTPAddr)
 	if err != nil {
 		grpcLis.Close()
 		return fmt.Errorf("--http-addr: %w", err)
 	}
 	var serving atomic.Bool
 	hs := serve.NewServer(reg)
+	hs.EnablePprof(sf.Pprof)
 	hs.AddReadinessCheck("grpc", func(context.Context) error {
 		if !serving.Load() {
 			return fmt.Errorf("gRPC server not serving")

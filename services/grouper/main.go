@@ -77,6 +77,7 @@ func run() error {
 			return err
 		}
 		cfg.HTTPAddr = sf.HTTPAddr
+		cfg.Pprof = sf.Pprof
 		log.Info("starting", "version", version, "admitter", cfg.AdmitterAddr, "workers", cfg.Workers,
 			"shardIndex", cfg.Shard.Index, "shardCount", cfg.Shard.Count)
 		return app.Run(ctx, log, cfg)

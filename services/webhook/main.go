@@ -59,6 +59,7 @@ func run() error {
 			return err
 		}
 		cfg.HTTPAddr = sf.HTTPAddr
+		cfg.Pprof = sf.Pprof
 		log.Info("starting", "version", version, "selfRegister", cfg.SelfRegister, "webhookPort", cfg.WebhookPort)
 		return app.Run(ctx, log, cfg)
 	})

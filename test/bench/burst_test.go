@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -87,13 +88,18 @@ func runBurst(b *testing.B, shape string, newPod func(ns string, i int) *corev1.
 	raw := measureRaw(ctx, b, env, cs)
 	rawCPUReport := rawCPU.report()
 
-	s, err := harness.Start(ctx, env, harness.Options{BinDir: os.Getenv("SLUICE_SERVICES_BIN")})
+	opts := harness.Options{BinDir: os.Getenv("SLUICE_SERVICES_BIN")}
+	profileDir := os.Getenv("SLUICE_BENCH_PROFILE_DIR")
+	if profileDir != "" {
+		opts.Args = map[string][]string{"admitter": {"--pprof"}, "grouper": {"--pprof"}, "webhook": {"--pprof"}}
+	}
+	s, err := harness.Start(ctx, env, opts)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer s.Stop()
 	cpu := newCPUMeter(env, s)
-	res := measureSluice(ctx, b, env, cs, newPod)
+	res := measureSluice(ctx, b, env, cs, newPod, s, profileDir)
 	cpuReport := cpu.report()
 
 	b.ReportMetric(res.podsPerSecond, "pods/s")
@@ -155,7 +161,8 @@ type sluiceResult struct {
 	stages                      string
 }
 
-func measureSluice(ctx context.Context, b *testing.B, env *testenv.Env, cs kubernetes.Interface, newPod func(ns string, i int) *corev1.Pod) sluiceResult {
+func measureSluice(ctx context.Context, b *testing.B, env *testenv.Env, cs kubernetes.Interface, newPod func(ns string, i int) *corev1.Pod,
+	s *harness.Sluice, profileDir string) sluiceResult {
 	ns := namespace(ctx, b, cs, "burst")
 	c, err := client.New(env.Config, client.Options{})
 	if err != nil {
@@ -188,8 +195,11 @@ func measureSluice(ctx context.Context, b *testing.B, env *testenv.Env, cs kuber
 	if err != nil {
 		b.Fatal(err)
 	}
-	if dir := os.Getenv("SLUICE_BENCH_PROFILE_DIR"); dir != "" {
-		go profileAPIServer(ctx, b, cs, dir)
+	if profileDir != "" {
+		go profileAPIServer(ctx, b, cs, profileDir)
+		for _, svc := range []*harness.Service{s.Admitter, s.Grouper, s.Webhook} {
+			go profileService(ctx, b, svc, profileDir)
+		}
 	}
 	created := make([]time.Time, burst)
 	start := time.Now()
@@ -475,7 +485,8 @@ func latest(a, b time.Time) time.Time {
 
 // profileAPIServer writes a 10-second CPU profile of kube-apiserver, taken
 // during the burst, to dir/kube-apiserver.pprof. Set SLUICE_BENCH_PROFILE_DIR
-// to get one; `go tool pprof` reads it.
+// to get one, and the same of the admitter, grouper and webhook (started
+// with --pprof); `go tool pprof` reads them.
 func profileAPIServer(ctx context.Context, b *testing.B, cs kubernetes.Interface, dir string) {
 	data, err := cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "10").DoRaw(ctx)
 	if err != nil {
@@ -488,4 +499,18 @@ func profileAPIServer(ctx context.Context, b *testing.B, cs kubernetes.Interface
 		return
 	}
 	fmt.Printf("kube-apiserver CPU profile: %s\n", path)
+}
+
+func profileService(ctx context.Context, b *testing.B, svc *harness.Service, dir string) {
+	data, code, err := svc.Get(ctx, "/debug/pprof/profile?seconds=10")
+	if err != nil || code != http.StatusOK {
+		b.Logf("profiling %s: %d %v", svc.Name, code, err)
+		return
+	}
+	path := filepath.Join(dir, svc.Name+".pprof")
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		b.Logf("writing %s: %v", path, err)
+		return
+	}
+	fmt.Printf("%s CPU profile: %s\n", svc.Name, path)
 }

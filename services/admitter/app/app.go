@@ -61,6 +61,8 @@ type Config struct {
 	// otherwise HTTPAddr is listened on, and nothing when it is empty.
 	HTTPListener net.Listener
 	HTTPAddr     string
+	// Pprof serves Go's profiles under /debug/pprof/ with the probes.
+	Pprof bool
 
 	// LeaderElect runs only while holding the Lease LeaseNamespace/LeaseName.
 	LeaderElect    bool
@@ -222,6 +224,7 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 	g.Go(func() error { return grpcSrv.Run(ctx, grpcLis) })
 	if httpLis != nil {
 		hs := serve.NewServer(gatherer)
+		hs.EnablePprof(cfg.Pprof)
 		hs.AddReadinessCheck("leader", adm.Ready)
 		g.Go(func() error { return hs.Run(ctx, httpLis) })
 	}

@@ -47,6 +47,8 @@ type Config struct {
 	REST *rest.Config
 	// HTTPAddr serves /healthz, /readyz and /metrics.
 	HTTPAddr string
+	// Pprof serves Go's profiles under /debug/pprof/ with the probes.
+	Pprof bool
 	// AdmitterAddr is the admitter's gRPC target.
 	AdmitterAddr string
 	// Workers bounds the pods handled (and API writes sent) at once.
@@ -136,6 +138,7 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 	}
 
 	probes := serve.NewServer(ctrlmetrics.Registry)
+	probes.EnablePprof(cfg.Pprof)
 	probes.AddReadinessCheck("pod-cache", func(context.Context) error {
 		if !synced.Load() {
 			return errors.New("pod cache not synced yet")

@@ -46,6 +46,8 @@ type Config struct {
 	REST *rest.Config
 	// HTTPAddr serves /healthz, /readyz and /metrics.
 	HTTPAddr string
+	// Pprof serves Go's profiles under /debug/pprof/ with the probes.
+	Pprof bool
 	// WebhookHost and WebhookPort are where the HTTPS webhook listens.
 	WebhookHost string
 	WebhookPort int
@@ -161,6 +163,7 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 
 	var registered atomic.Bool
 	probes := serve.NewServer(ctrlmetrics.Registry)
+	probes.EnablePprof(cfg.Pprof)
 	probes.AddReadinessCheck("caches", caches.Ready)
 	probes.AddReadinessCheck("webhook-server", func(context.Context) error {
 		return server.StartedChecker()(&http.Request{})
