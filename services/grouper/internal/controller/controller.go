@@ -7,7 +7,8 @@
 //
 // Decisions are levels: every snapshot replaces what the grouper holds,
 // and every pod converges to it, so a lost message costs latency only.
-// Pods are read from the manager's cache only; decisions arrive through
+// Pods are read from the manager's cache only, and lists of them are not
+// copied: they are only read. Decisions arrive through
 // the Sink methods and wake the pods of their workload through the
 // controller's work queue, which bounds the concurrency of API writes and
 // retries failures with backoff.
@@ -209,7 +210,7 @@ func (r *Reconciler) Snapshot(decisions []*admitterv1.Decision) {
 // wakeUndecided wakes every gated pod whose workload has no decision.
 func (r *Reconciler) wakeUndecided() {
 	var pods corev1.PodList
-	if err := r.opts.Client.List(context.Background(), &pods); err != nil {
+	if err := r.opts.Client.List(context.Background(), &pods, client.UnsafeDisableDeepCopy); err != nil {
 		r.opts.Log.Error(err, "list pods to converge after a snapshot")
 		return
 	}
@@ -255,7 +256,7 @@ func (r *Reconciler) dispatch(d *admitterv1.Decision) {
 	}
 	var pods corev1.PodList
 	// A cache read: it cannot block on the network.
-	if err := r.opts.Client.List(context.Background(), &pods,
+	if err := r.opts.Client.List(context.Background(), &pods, client.UnsafeDisableDeepCopy,
 		client.InNamespace(key.Namespace), client.MatchingFields{WorkloadIndex: key.String()}); err != nil {
 		r.opts.Log.Error(err, "list pods of workload", "workload", key.String())
 		return
@@ -418,10 +419,15 @@ func (r *Reconciler) sendUngate(ctx context.Context, pod *corev1.Pod, key worklo
 	defer span.End()
 	target := &corev1.Pod{}
 	target.Namespace, target.Name = pod.Namespace, pod.Name
-	err := r.opts.Client.Patch(ctx, target, client.RawPatch(types.StrategicMergePatchType, patch))
+	err := r.opts.Client.Patch(ctx, target, client.RawPatch(types.JSONPatchType, patch))
 	switch {
 	case apierrors.IsNotFound(err):
 		return reconcile.Result{}, nil
+	case apierrors.IsInvalid(err):
+		// A test of the patch failed: the pod changed since the cache saw
+		// it. The retry builds the patch from the newer pod.
+		recordError(span, err)
+		return reconcile.Result{}, fmt.Errorf("ungate pod %s/%s, changed since it was read: %w", pod.Namespace, pod.Name, err)
 	case err != nil:
 		r.opts.Metrics.UngateErrors.Inc()
 		recordError(span, err)

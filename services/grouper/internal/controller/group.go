@@ -131,10 +131,12 @@ func (r *Reconciler) groupMember(ctx context.Context, pod *corev1.Pod, key workl
 	}
 }
 
-// groupPods lists the pods of a group from the cache.
+// groupPods lists the pods of a group from the cache. They are the
+// cache's own objects, not copies: read them, never change them.
 func (r *Reconciler) groupPods(ctx context.Context, key workload.Key) ([]*corev1.Pod, error) {
 	var list corev1.PodList
-	if err := r.opts.Client.List(ctx, &list, client.InNamespace(key.Namespace), client.MatchingFields{WorkloadIndex: key.String()}); err != nil {
+	if err := r.opts.Client.List(ctx, &list, client.UnsafeDisableDeepCopy,
+		client.InNamespace(key.Namespace), client.MatchingFields{WorkloadIndex: key.String()}); err != nil {
 		return nil, fmt.Errorf("list pods of group %s: %w", key, err)
 	}
 	pods := make([]*corev1.Pod, 0, len(list.Items))

@@ -3,9 +3,8 @@
 // of sluice's finalizer, and the release of everything sluice put on a pod.
 //
 // Every patch is built from the pod as last seen and guarded so that it
-// cannot undo someone else's change: the ungate patch deletes only sluice's
-// gate by name and carries the pod's uid, the JSON patches test each list
-// entry before removing it.
+// cannot undo someone else's change: the JSON patches test the pod's uid
+// and each list entry before removing it.
 package podpatch
 
 import (
@@ -14,6 +13,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -48,27 +48,38 @@ func (e *ConflictError) Error() string {
 		e.Field, e.Pod, e.Want)
 }
 
-// Ungate returns the strategic merge patch that admits pod with info in
-// workload: it removes sluice's scheduling gate (other gates stay), adds
-// info's node selector entries and tolerations (those the pod lacks),
-// sets info's labels and annotations plus the pod set label and the
-// workload's name and uid annotations. The pod's uid makes the patch fail
-// on a pod recreated under the same name. A node selector entry that
-// contradicts the pod's own is a *ConflictError.
+// Ungate returns the JSON patch (RFC 6902) that admits pod with info in
+// workload wl: it removes sluice's scheduling gate (other gates stay),
+// adds info's node selector entries and tolerations (those the pod lacks),
+// and sets info's labels and annotations plus the pod set label and the
+// workload's name and uid annotations. A JSON patch costs the API server
+// far less to apply than a strategic merge patch. It tests the pod's uid
+// (a newer pod of the same name fails it) and the gate at its index; when
+// it adds a whole map or list the pod lacks, it also tests the pod's
+// resourceVersion, so it never replaces what someone added meanwhile. A
+// failed test fails the patch, and the retry starts from the newer pod. A
+// node selector entry that contradicts the pod's own is a *ConflictError.
 func Ungate(pod *corev1.Pod, info *sluicev1.PodSetInfo, wl *sluicev1.WorkloadRef) ([]byte, error) {
-	spec := map[string]any{
-		"schedulingGates": []map[string]string{{"$patch": "delete", "name": podkeys.AdmissionGate}},
+	ops := uidTest(pod)
+	ops, gated := appendRemoveGate(ops, pod.Spec.SchedulingGates)
+	if !gated {
+		return nil, fmt.Errorf("pod %s/%s does not carry the gate %s", pod.Namespace, pod.Name, podkeys.AdmissionGate)
 	}
-	if sel, err := nodeSelector(pod, info.GetNodeSelector()); err != nil {
+	sel, err := nodeSelector(pod, info.GetNodeSelector())
+	if err != nil {
 		return nil, err
-	} else if len(sel) > 0 {
-		spec["nodeSelector"] = sel
 	}
-	want := podset.TolerationsFromProto(info.GetTolerations())
-	if add := podset.MissingTolerations(pod.Spec.Tolerations, want); len(add) > 0 {
-		// Tolerations have no merge key: the list is replaced, so it
-		// carries the pod's own tolerations too.
-		spec["tolerations"] = append(slices.Clone(pod.Spec.Tolerations), add...)
+	whole := false
+	ops, w := appendMapAdds(ops, "/spec/nodeSelector", pod.Spec.NodeSelector, sel)
+	whole = whole || w
+	if add := podset.MissingTolerations(pod.Spec.Tolerations, podset.TolerationsFromProto(info.GetTolerations())); len(add) > 0 {
+		if len(pod.Spec.Tolerations) == 0 {
+			ops, whole = append(ops, jsonOp{Op: "add", Path: "/spec/tolerations", Value: add}), true
+		} else {
+			for _, t := range add {
+				ops = append(ops, jsonOp{Op: "add", Path: "/spec/tolerations/-", Value: t})
+			}
+		}
 	}
 
 	labels := maps.Clone(info.GetLabels())
@@ -84,21 +95,42 @@ func Ungate(pod *corev1.Pod, info *sluicev1.PodSetInfo, wl *sluicev1.WorkloadRef
 	if uid := wl.GetUid(); uid != "" {
 		annotations[podkeys.WorkloadUIDAnnotation] = uid
 	}
-
-	patch := map[string]any{
-		"metadata": map[string]any{
-			"uid":         pod.UID,
-			"labels":      labels,
-			"annotations": annotations,
-		},
-		"spec": spec,
+	ops, w = appendMapAdds(ops, "/metadata/labels", pod.Labels, labels)
+	whole = whole || w
+	ops, w = appendMapAdds(ops, "/metadata/annotations", pod.Annotations, annotations)
+	whole = whole || w
+	if whole {
+		ops = append(ops, jsonOp{Op: "test", Path: "/metadata/resourceVersion", Value: pod.ResourceVersion})
 	}
-	data, err := json.Marshal(patch)
+	data, _, err := encode(ops)
 	if err != nil {
 		return nil, fmt.Errorf("encode ungate patch: %w", err)
 	}
 	return data, nil
 }
+
+// appendMapAdds sets the entries of want in the map at path, which holds
+// have: one add per entry, or one add of the whole map when have is empty
+// (a JSON patch cannot add into a map that does not exist); whole says
+// which.
+func appendMapAdds(ops []jsonOp, path string, have, want map[string]string) ([]jsonOp, bool) {
+	if len(want) == 0 {
+		return ops, false
+	}
+	if len(have) == 0 {
+		return append(ops, jsonOp{Op: "add", Path: path, Value: want}), true
+	}
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		if v, ok := have[k]; ok && v == want[k] {
+			continue
+		}
+		ops = append(ops, jsonOp{Op: "add", Path: path + "/" + pointerEscape.Replace(k), Value: want[k]})
+	}
+	return ops, false
+}
+
+// pointerEscape escapes a map key for a JSON pointer (RFC 6901).
+var pointerEscape = strings.NewReplacer("~", "~0", "/", "~1")
 
 // nodeSelector returns the entries of want that pod lacks, or a conflict
 // when pod already selects another value for a key.

@@ -4,12 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/strategicpatch"
 
 	sluicev1 "github.com/sluice-dev/sluice/gen/sluice/v1"
 	"github.com/sluice-dev/sluice/pkg/podkeys"
@@ -32,24 +33,6 @@ func gatedPod() *corev1.Pod {
 			Containers:      []corev1.Container{{Name: "c", Image: "i"}},
 		},
 	}
-}
-
-// applyStrategic applies a strategic merge patch the way the API server does.
-func applyStrategic(t *testing.T, pod *corev1.Pod, patch []byte) *corev1.Pod {
-	t.Helper()
-	orig, err := json.Marshal(pod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := strategicpatch.StrategicMergePatch(orig, patch, corev1.Pod{})
-	if err != nil {
-		t.Fatalf("apply patch %s: %v", patch, err)
-	}
-	var res corev1.Pod
-	if err := json.Unmarshal(out, &res); err != nil {
-		t.Fatal(err)
-	}
-	return &res
 }
 
 func TestUngate(t *testing.T) {
@@ -134,7 +117,7 @@ func TestUngate(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Ungate: %v", err)
 			}
-			got := applyStrategic(t, pod, patch)
+			got := applyJSON(t, pod, patch)
 			var gates []string
 			for _, g := range got.Spec.SchedulingGates {
 				gates = append(gates, g.Name)
@@ -160,17 +143,67 @@ func TestUngate(t *testing.T) {
 			if !reflect.DeepEqual(got.Finalizers, pod.Finalizers) {
 				t.Errorf("finalizers changed: %v", got.Finalizers)
 			}
-			var raw map[string]map[string]any
-			if err := json.Unmarshal(patch, &raw); err != nil {
+			var ops []jsonOp
+			if err := json.Unmarshal(patch, &ops); err != nil {
 				t.Fatal(err)
 			}
-			if _, ok := raw["spec"]["tolerations"]; ok != tt.wantTolsInPatch {
-				t.Errorf("patch carries tolerations = %v, want %v (patch %s)", ok, tt.wantTolsInPatch, patch)
+			touchesTolerations := slices.ContainsFunc(ops, func(o jsonOp) bool { return strings.HasPrefix(o.Path, "/spec/tolerations") })
+			if touchesTolerations != tt.wantTolsInPatch {
+				t.Errorf("patch touches tolerations = %v, want %v (patch %s)", touchesTolerations, tt.wantTolsInPatch, patch)
 			}
-			if raw["metadata"]["uid"] != "uid-1" {
-				t.Errorf("patch does not carry the pod uid: %s", patch)
+			if ops[0] != (jsonOp{Op: "test", Path: "/metadata/uid", Value: "uid-1"}) {
+				t.Errorf("patch does not test the pod uid first: %s", patch)
+			}
+			// The same patch on a pod whose gates changed since it was read
+			// fails instead of removing another gate.
+			moved := pod.DeepCopy()
+			moved.Spec.SchedulingGates = append([]corev1.PodSchedulingGate{{Name: "example.com/new"}}, moved.Spec.SchedulingGates...)
+			if _, err := applyJSONErr(moved, patch); err == nil {
+				t.Errorf("the patch applied to a pod whose gate list changed")
 			}
 		})
+	}
+}
+
+// A pod without a node selector, tolerations, labels or annotations gets
+// them whole, guarded by its resourceVersion: a change since the pod was
+// read fails the patch instead of being overwritten.
+func TestUngateAddsWholeMapsGuarded(t *testing.T) {
+	pod := gatedPod()
+	pod.ResourceVersion = "7"
+	pod.Labels, pod.Annotations, pod.Spec.NodeSelector, pod.Spec.Tolerations = nil, nil, nil, nil
+	info := &sluicev1.PodSetInfo{
+		Name: "main", NodeSelector: map[string]string{"zone": "a"},
+		Tolerations: []*sluicev1.Toleration{{Key: "gpu", Operator: "Exists"}},
+		Labels:      map[string]string{"example.com/flavor": "spot~1"},
+	}
+	patch, err := Ungate(pod, info, &sluicev1.WorkloadRef{Name: "w", Uid: "wl-uid"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := applyJSON(t, pod, patch)
+	if got.Spec.NodeSelector["zone"] != "a" || len(got.Spec.Tolerations) != 1 || got.Labels["example.com/flavor"] != "spot~1" ||
+		got.Labels[podkeys.PodSetLabel] != "main" || got.Annotations[podkeys.WorkloadUIDAnnotation] != "wl-uid" || HasGate(got) {
+		t.Fatalf("ungated pod: labels %v annotations %v selector %v tolerations %v gates %v",
+			got.Labels, got.Annotations, got.Spec.NodeSelector, got.Spec.Tolerations, got.Spec.SchedulingGates)
+	}
+	changed := pod.DeepCopy()
+	changed.ResourceVersion = "8"
+	if _, err := applyJSONErr(changed, patch); err == nil {
+		t.Fatal("a patch adding whole maps applied to a pod changed since it was read")
+	}
+}
+
+func TestUngateEscapesKeys(t *testing.T) {
+	pod := gatedPod()
+	info := &sluicev1.PodSetInfo{Name: "main", Labels: map[string]string{"a/b~c": "v"}, NodeSelector: map[string]string{"topology.kubernetes.io/zone": "z"}}
+	patch, err := Ungate(pod, info, &sluicev1.WorkloadRef{Name: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := applyJSON(t, pod, patch)
+	if got.Labels["a/b~c"] != "v" || got.Spec.NodeSelector["topology.kubernetes.io/zone"] != "z" {
+		t.Fatalf("labels %v, selector %v", got.Labels, got.Spec.NodeSelector)
 	}
 }
 
