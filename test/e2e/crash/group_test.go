@@ -296,3 +296,83 @@ func crashGroupRunAgain(t *testing.T, point string) {
 		t.Errorf("the first run's pod was deleted")
 	}
 }
+
+// TestCrashGroupProgress crashes a service right after a running group's
+// progress is reported: a pod that succeeded (its quota is released at
+// once, so a waiting pod starts while the group still runs), and a pod
+// that failed (the group waits for its replacement). However the crash
+// falls, the quota is released once and never double-booked, and the
+// group ends as a success once its replacement succeeds.
+func TestCrashGroupProgress(t *testing.T) {
+	for _, point := range []string{"grouper/report-state", "admitter/progress"} {
+		t.Run(point, func(t *testing.T) { crashGroupProgress(t, point) })
+	}
+}
+
+func crashGroupProgress(t *testing.T, point string) {
+	ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
+	defer cancel()
+
+	// Scenario: a 3-cpu queue; a group of three 1-cpu pods: one succeeds
+	// after 5s, one fails after 5s (time enough to arm the crash point),
+	// one runs 15s. A single 1-cpu pod waits for quota; the failed pod is
+	// replaced.
+	ns := createNamespace(ctx, t, "group-progress")
+	createQueues(ctx, t, ns, userQueue, ns, "3")
+	hist := record(ctx, t, ns, ns)
+	quick := groupPod(ns, "g", "quick", "1", "5s", 3)
+	failing := groupPod(ns, "g", "failing", "1", "", 3)
+	failing.Annotations["kwok.sluice.dev/fail-after"] = "5s"
+	steady := groupPod(ns, "g", "steady", "1", "15s", 3)
+	// One role: the three have the same shape, so one pod set of 3.
+	for _, p := range []*corev1.Pod{quick, failing, steady} {
+		mustCreate(ctx, t, p)
+	}
+	for _, p := range []*corev1.Pod{quick, failing, steady} {
+		waitPod(ctx, t, p, "started", func(p *corev1.Pod) error {
+			if gated(p) {
+				return fmt.Errorf("still gated")
+			}
+			return nil
+		})
+	}
+	wl := workloadOf(ctx, t, quick, "Admitted", condIs(sluicev1alpha1.WorkloadAdmitted, metav1.ConditionTrue, ""))
+	waiting := newPod(ns, "waiting", userQueue, "1", "1s")
+
+	// Crash point: armed once the group runs; the first progress report
+	// (the success, the failure, or both) passes it.
+	c := arm(ctx, t, point)
+	mustCreate(ctx, t, waiting)
+	c.waitHit(ctx, t)
+
+	// The succeeded pod's quota lets the waiting pod run while the group
+	// does; the failed pod waits for its replacement.
+	waitPod(ctx, t, waiting, "Succeeded without sluice's finalizer", endedClean(corev1.PodSucceeded))
+	waitWorkload(ctx, t, wl, "waiting for a replacement", condIs(sluicev1alpha1.WorkloadWaitingForReplacementPods, metav1.ConditionTrue, ""))
+	replacement := groupPod(ns, "g", "failing-again", "1", "1s", 3)
+	mustCreate(ctx, t, replacement)
+
+	// End state: the group succeeded in its Workload.
+	waitWorkload(ctx, t, wl, "Finished", condIs(sluicev1alpha1.WorkloadFinished, metav1.ConditionTrue, sluicev1alpha1.ReasonSucceeded))
+	for _, p := range []*corev1.Pod{quick, steady, replacement} {
+		waitPod(ctx, t, p, "Succeeded without sluice's finalizer", endedClean(corev1.PodSucceeded))
+	}
+	waitPod(ctx, t, failing, "freed by its replacement", func(p *corev1.Pod) error {
+		if hasFinalizer(p) {
+			return fmt.Errorf("still holds sluice's finalizer")
+		}
+		return nil
+	})
+	settle(ctx, t, ns)
+	hist.stop()
+	hist.check(t)
+	if q := hist.maxCPUReserved(); q.Cmp(resource.MustParse("3")) > 0 {
+		t.Errorf("ClusterQueue reported %s cpu reserved, want at most its 3 cpu quota", q.String())
+	}
+	if n := hist.transitions(wl.Name, sluicev1alpha1.WorkloadAdmitted); n != 1 {
+		t.Errorf("the group went to Admitted=True %d times, want 1", n)
+	}
+	if n := hist.ungates(replacement.Name); n != 1 {
+		t.Errorf("the replacement was ungated %d times, want 1", n)
+	}
+}

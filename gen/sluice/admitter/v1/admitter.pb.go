@@ -854,11 +854,11 @@ type Decision struct {
 	// transition of its Admitted condition. The grouper times admission to
 	// ungating from it.
 	AdmittedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=admitted_at,json=admittedAt,proto3" json:"admitted_at,omitempty"`
-	// finished says the workload had finished before it was deleted
-	// (ACTION_DELETE): every pod of it has ended, so a gated pod under its
-	// name belongs to a later run of the same pod group. Such pods are left
-	// alone, do not hold the deletion up, and are submitted once the
-	// decision is forgotten.
+	// finished says a pod group's workload had finished when it was deleted
+	// (ACTION_DELETE): every pod of it has ended, so a gated pod of the group
+	// belongs to a later run under the same name. Such pods are left alone,
+	// do not hold the deletion up, and are submitted once the decision is
+	// forgotten. Never set for a single pod's workload.
 	Finished      bool `protobuf:"varint,9,opt,name=finished,proto3" json:"finished,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -29,7 +29,10 @@ func decisionFor(wl *v1alpha1.Workload) *admitterv1.Decision {
 	case isDeleting(wl):
 		d.Action = admitterv1.Decision_ACTION_DELETE
 		d.Message = "the Workload was deleted"
-		d.Finished = isFinished(wl)
+		// A pod group's finished Workload: gated pods of its name are a
+		// later run. (A single pod's Workload may finish while being
+		// deleted, from its gated pod's deletion: that pod is its own.)
+		d.Finished = isFinished(wl) && workload.PodGroup(wl) != ""
 	case isFinished(wl):
 		return nil
 	case isEvicting(wl):

@@ -60,8 +60,15 @@ func TestDecisionFor(t *testing.T) {
 			if d.GetAction() == admitterv1.Decision_ACTION_EVICT && d.GetReservationId() != "r" {
 				t.Fatalf("evict decision carries reservation %q, want r", d.GetReservationId())
 			}
-			if finished := meta.IsStatusConditionTrue(tc.status.Conditions, v1alpha1.WorkloadFinished); d.GetAction() == admitterv1.Decision_ACTION_DELETE && d.GetFinished() != finished {
-				t.Fatalf("delete decision says finished=%v, want %v", d.GetFinished(), finished)
+			if d.GetAction() == admitterv1.Decision_ACTION_DELETE && d.GetFinished() {
+				t.Fatalf("a single pod's delete decision says finished: its gated pod is its own")
+			}
+			// The same Workload as a pod group's: finished says whether it
+			// had finished.
+			wl.Labels = map[string]string{v1alpha1.PodGroupLabel: "w"}
+			group := decisionFor(wl)
+			if finished := meta.IsStatusConditionTrue(tc.status.Conditions, v1alpha1.WorkloadFinished); group.GetAction() == admitterv1.Decision_ACTION_DELETE && group.GetFinished() != finished {
+				t.Fatalf("a group's delete decision says finished=%v, want %v", group.GetFinished(), finished)
 			}
 		})
 	}

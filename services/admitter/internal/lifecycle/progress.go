@@ -247,8 +247,11 @@ func (w *Writer) reportOnce(ctx context.Context, key types.NamespacedName, p Pro
 	if err := w.PatchStatus(ctx, orig, wl, "progress"); err != nil {
 		return err
 	}
-	if finishing {
+	switch {
+	case finishing:
 		crashpoint.Hit("admitter/finish")
+	case p.Succeeded != nil || p.Missing != nil:
+		crashpoint.Hit("admitter/progress")
 	}
 	if p.Stopped {
 		return w.stoppedLocked(ctx, w.cfg.Store.Get(key), p.StoppedReservation)

@@ -404,6 +404,7 @@ func (r *Reconciler) reportState(ctx context.Context, key workload.Key, ref *slu
 	if err := r.progress(ctx, nil, ref, req); err != nil {
 		return err
 	}
+	crashpoint.Hit("grouper/report-state")
 	r.groups.update(key, func(g *groupState) {
 		if g.succeeded == nil {
 			g.succeeded = map[string]int32{}

@@ -112,13 +112,13 @@ func (r *Reconciler) checkStopped(ctx context.Context, key workload.Key) error {
 
 // stoppedFor reports whether pod no longer stands in the way of the stop
 // decision d asks for. Gated pods wait out an eviction, and the deletion
-// of a finished workload (they are a later run of its group).
+// of a pod group's finished workload (they are a later run of the group).
 func stoppedFor(pod *corev1.Pod, d *admitterv1.Decision) bool {
 	ended := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 	if ended {
 		return !podpatch.HasFinalizer(pod)
 	}
-	if d.GetAction() == admitterv1.Decision_ACTION_EVICT || d.GetFinished() {
+	if d.GetAction() == admitterv1.Decision_ACTION_EVICT || (d.GetFinished() && workload.IsGroupMember(pod)) {
 		return podpatch.HasGate(pod)
 	}
 	return !podpatch.HasFinalizer(pod)
