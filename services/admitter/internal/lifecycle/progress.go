@@ -48,15 +48,11 @@ func (w *Writer) Submit(ctx context.Context, wl *v1alpha1.Workload) (*v1alpha1.W
 	if !apierrors.IsAlreadyExists(err) {
 		return nil, false, fmt.Errorf("create workload %s: %w", key, err)
 	}
-	if cur := w.cfg.Store.Get(key); cur != nil {
-		return w.resubmittedLocked(ctx, cur, wl)
+	existing, err := w.storedOrRead(ctx, key)
+	if err != nil {
+		return nil, false, err
 	}
-	// Finished workloads are retired from the store: read it.
-	var existing v1alpha1.Workload
-	if err := w.cfg.APIReader.Get(ctx, key, &existing); err != nil {
-		return nil, false, fmt.Errorf("read existing workload %s: %w", key, err)
-	}
-	return w.resubmittedLocked(ctx, &existing, wl)
+	return w.resubmittedLocked(ctx, existing, wl)
 }
 
 // ErrPastRun refuses, for now, the submission of a pod group whose name
@@ -283,20 +279,16 @@ func (w *Writer) stoppedLocked(ctx context.Context, wl *v1alpha1.Workload, reser
 // its pods to be created again; any other group is over, and its Workload
 // is deleted (as garbage collection deletes a single pod's with its pod).
 // A finished Workload is retired from the store, so it is read from the
-// API server.
+// API server (storedOrRead).
 func (w *Writer) noPods(ctx context.Context, key types.NamespacedName, uid types.UID) error {
 	unlock := w.cfg.Locks.Lock(key)
 	defer unlock()
-	orig := w.cfg.Store.Get(key)
-	if orig == nil {
-		var live v1alpha1.Workload
-		if err := w.cfg.APIReader.Get(ctx, key, &live); err != nil {
-			if apierrors.IsNotFound(err) {
-				return nil
-			}
-			return fmt.Errorf("read workload %s: %w", key, err)
-		}
-		orig = &live
+	orig, err := w.storedOrRead(ctx, key)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
 	}
 	if orig.UID != uid {
 		return nil

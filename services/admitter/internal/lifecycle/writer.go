@@ -167,3 +167,18 @@ func (w *Writer) current(ctx context.Context, key types.NamespacedName, fresh bo
 	w.cfg.Store.Upsert(&live)
 	return w.cfg.Store.Get(key), nil
 }
+
+// storedOrRead is the store's version of the workload or, when the store
+// holds none (finished workloads are retired from it), the API server's,
+// without recording it. A workload that does not exist is a NotFound
+// error.
+func (w *Writer) storedOrRead(ctx context.Context, key types.NamespacedName) (*v1alpha1.Workload, error) {
+	if cur := w.cfg.Store.Get(key); cur != nil {
+		return cur, nil
+	}
+	var live v1alpha1.Workload
+	if err := w.cfg.APIReader.Get(ctx, key, &live); err != nil {
+		return nil, fmt.Errorf("read workload %s: %w", key, err)
+	}
+	return &live, nil
+}
