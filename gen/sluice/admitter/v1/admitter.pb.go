@@ -83,7 +83,7 @@ func (x WatchAdmissionsResponse_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WatchAdmissionsResponse_Kind.Descriptor instead.
 func (WatchAdmissionsResponse_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{11, 0}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{13, 0}
 }
 
 // Action to take on the pods.
@@ -149,7 +149,7 @@ func (x Decision_Action) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Decision_Action.Descriptor instead.
 func (Decision_Action) EnumDescriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{12, 0}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{14, 0}
 }
 
 // SubmitWorkloadRequest carries the workload to queue.
@@ -270,8 +270,18 @@ type UpdateWorkloadRequest struct {
 	// workload to update. Its uid, when set, must match: an update meant for
 	// an older workload of the same name changes nothing.
 	Workload *v1.WorkloadRef `protobuf:"bytes,1,opt,name=workload,proto3" json:"workload,omitempty"`
-	// queue_name is the LocalQueue the workload must wait in.
-	QueueName     string `protobuf:"bytes,2,opt,name=queue_name,json=queueName,proto3" json:"queue_name,omitempty"`
+	// queue_name is the LocalQueue the workload must wait in. Empty leaves
+	// the queue as it is (a join alone); one of queue_name and join is
+	// required.
+	QueueName string `protobuf:"bytes,2,opt,name=queue_name,json=queueName,proto3" json:"queue_name,omitempty"`
+	// join, when set, asks whether a pod created after its workload may join
+	// one of the workload's pod sets: a worker of a group declared by the
+	// kueue.x-k8s.io/pod-group-sets annotation (KEP-976 Story 3). The
+	// admitter answers from the Workload it holds and writes nothing. It
+	// refuses with FAILED_PRECONDITION, naming the pod set and the rule, a
+	// pod set the workload does not have and a pod that requests more of any
+	// resource than its pod set reserves per pod.
+	Join          *PodJoin `protobuf:"bytes,3,opt,name=join,proto3" json:"join,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -320,6 +330,79 @@ func (x *UpdateWorkloadRequest) GetQueueName() string {
 	return ""
 }
 
+func (x *UpdateWorkloadRequest) GetJoin() *PodJoin {
+	if x != nil {
+		return x.Join
+	}
+	return nil
+}
+
+// PodJoin is a pod that asks to join a pod set of its workload.
+type PodJoin struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// pod_name names the pod, for messages.
+	PodName string `protobuf:"bytes,1,opt,name=pod_name,json=podName,proto3" json:"pod_name,omitempty"`
+	// pod_set is the name of the pod set the pod joins: its
+	// kueue.x-k8s.io/pod-group-role.
+	PodSet string `protobuf:"bytes,2,opt,name=pod_set,json=podSet,proto3" json:"pod_set,omitempty"`
+	// requests is what the pod reserves, as Kubernetes quantities by
+	// resource name, computed the way sluice.v1.PodSet.requests is.
+	Requests      map[string]string `protobuf:"bytes,3,rep,name=requests,proto3" json:"requests,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PodJoin) Reset() {
+	*x = PodJoin{}
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PodJoin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PodJoin) ProtoMessage() {}
+
+func (x *PodJoin) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PodJoin.ProtoReflect.Descriptor instead.
+func (*PodJoin) Descriptor() ([]byte, []int) {
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PodJoin) GetPodName() string {
+	if x != nil {
+		return x.PodName
+	}
+	return ""
+}
+
+func (x *PodJoin) GetPodSet() string {
+	if x != nil {
+		return x.PodSet
+	}
+	return ""
+}
+
+func (x *PodJoin) GetRequests() map[string]string {
+	if x != nil {
+		return x.Requests
+	}
+	return nil
+}
+
 // UpdateWorkloadResponse says what the update did.
 type UpdateWorkloadResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -331,7 +414,7 @@ type UpdateWorkloadResponse struct {
 
 func (x *UpdateWorkloadResponse) Reset() {
 	*x = UpdateWorkloadResponse{}
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[3]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -343,7 +426,7 @@ func (x *UpdateWorkloadResponse) String() string {
 func (*UpdateWorkloadResponse) ProtoMessage() {}
 
 func (x *UpdateWorkloadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[3]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -356,7 +439,7 @@ func (x *UpdateWorkloadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateWorkloadResponse.ProtoReflect.Descriptor instead.
 func (*UpdateWorkloadResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{3}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *UpdateWorkloadResponse) GetChanged() bool {
@@ -390,14 +473,21 @@ type ReportProgressRequest struct {
 	// back: evicted or deactivated and not finished. Then every pod counts
 	// as missing (WaitingForReplacementPods=True) until the group's pods are
 	// submitted again. Ignored for a workload that is not a pod group's.
-	NoPods        bool `protobuf:"varint,6,opt,name=no_pods,json=noPods,proto3" json:"no_pods,omitempty"`
+	NoPods bool `protobuf:"varint,6,opt,name=no_pods,json=noPods,proto3" json:"no_pods,omitempty"`
+	// started, when set, counts the admitted pods that started, per pod set.
+	// The grouper sends it for an admission that has a start-up deadline
+	// (Decision.start_by) whenever the counts change, until every pod
+	// started. The admitter records that the workload started once every
+	// pod set's count reaches its admitted count, by the ClusterQueue's rule
+	// (scheduled, or ready).
+	Started       *Started `protobuf:"bytes,7,opt,name=started,proto3" json:"started,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReportProgressRequest) Reset() {
 	*x = ReportProgressRequest{}
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[4]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -409,7 +499,7 @@ func (x *ReportProgressRequest) String() string {
 func (*ReportProgressRequest) ProtoMessage() {}
 
 func (x *ReportProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[4]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -422,7 +512,7 @@ func (x *ReportProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressRequest.ProtoReflect.Descriptor instead.
 func (*ReportProgressRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{4}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ReportProgressRequest) GetWorkload() *v1.WorkloadRef {
@@ -467,6 +557,69 @@ func (x *ReportProgressRequest) GetNoPods() bool {
 	return false
 }
 
+func (x *ReportProgressRequest) GetStarted() *Started {
+	if x != nil {
+		return x.Started
+	}
+	return nil
+}
+
+// Started counts started pods per pod set. A pod that succeeded counts as
+// scheduled and ready.
+type Started struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// scheduled counts, per pod set, the pods bound to a node.
+	Scheduled map[string]int32 `protobuf:"bytes,1,rep,name=scheduled,proto3" json:"scheduled,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// ready counts, per pod set, the pods whose Ready condition is True.
+	Ready         map[string]int32 `protobuf:"bytes,2,rep,name=ready,proto3" json:"ready,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Started) Reset() {
+	*x = Started{}
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Started) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Started) ProtoMessage() {}
+
+func (x *Started) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Started.ProtoReflect.Descriptor instead.
+func (*Started) Descriptor() ([]byte, []int) {
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Started) GetScheduled() map[string]int32 {
+	if x != nil {
+		return x.Scheduled
+	}
+	return nil
+}
+
+func (x *Started) GetReady() map[string]int32 {
+	if x != nil {
+		return x.Ready
+	}
+	return nil
+}
+
 // Missing counts the pods a group waits for.
 type Missing struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -478,7 +631,7 @@ type Missing struct {
 
 func (x *Missing) Reset() {
 	*x = Missing{}
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[5]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -490,7 +643,7 @@ func (x *Missing) String() string {
 func (*Missing) ProtoMessage() {}
 
 func (x *Missing) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[5]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -503,7 +656,7 @@ func (x *Missing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Missing.ProtoReflect.Descriptor instead.
 func (*Missing) Descriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{5}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Missing) GetPods() map[string]int32 {
@@ -526,7 +679,7 @@ type Stopped struct {
 
 func (x *Stopped) Reset() {
 	*x = Stopped{}
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[6]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -538,7 +691,7 @@ func (x *Stopped) String() string {
 func (*Stopped) ProtoMessage() {}
 
 func (x *Stopped) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[6]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -551,7 +704,7 @@ func (x *Stopped) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stopped.ProtoReflect.Descriptor instead.
 func (*Stopped) Descriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{6}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Stopped) GetReservationId() string {
@@ -574,7 +727,7 @@ type Finish struct {
 
 func (x *Finish) Reset() {
 	*x = Finish{}
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[7]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -586,7 +739,7 @@ func (x *Finish) String() string {
 func (*Finish) ProtoMessage() {}
 
 func (x *Finish) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[7]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -599,7 +752,7 @@ func (x *Finish) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Finish.ProtoReflect.Descriptor instead.
 func (*Finish) Descriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{7}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Finish) GetSucceeded() bool {
@@ -625,7 +778,7 @@ type ReportProgressResponse struct {
 
 func (x *ReportProgressResponse) Reset() {
 	*x = ReportProgressResponse{}
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[8]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -637,7 +790,7 @@ func (x *ReportProgressResponse) String() string {
 func (*ReportProgressResponse) ProtoMessage() {}
 
 func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[8]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -650,7 +803,7 @@ func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressResponse.ProtoReflect.Descriptor instead.
 func (*ReportProgressResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{8}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{10}
 }
 
 // WatchAdmissionsRequest opens the decision stream.
@@ -668,7 +821,7 @@ type WatchAdmissionsRequest struct {
 
 func (x *WatchAdmissionsRequest) Reset() {
 	*x = WatchAdmissionsRequest{}
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[9]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -680,7 +833,7 @@ func (x *WatchAdmissionsRequest) String() string {
 func (*WatchAdmissionsRequest) ProtoMessage() {}
 
 func (x *WatchAdmissionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[9]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -693,7 +846,7 @@ func (x *WatchAdmissionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAdmissionsRequest.ProtoReflect.Descriptor instead.
 func (*WatchAdmissionsRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{9}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WatchAdmissionsRequest) GetResumeRevision() string {
@@ -724,7 +877,7 @@ type Shard struct {
 
 func (x *Shard) Reset() {
 	*x = Shard{}
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[10]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -736,7 +889,7 @@ func (x *Shard) String() string {
 func (*Shard) ProtoMessage() {}
 
 func (x *Shard) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[10]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -749,7 +902,7 @@ func (x *Shard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shard.ProtoReflect.Descriptor instead.
 func (*Shard) Descriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{10}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Shard) GetIndex() uint32 {
@@ -781,7 +934,7 @@ type WatchAdmissionsResponse struct {
 
 func (x *WatchAdmissionsResponse) Reset() {
 	*x = WatchAdmissionsResponse{}
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[11]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -793,7 +946,7 @@ func (x *WatchAdmissionsResponse) String() string {
 func (*WatchAdmissionsResponse) ProtoMessage() {}
 
 func (x *WatchAdmissionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[11]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -806,7 +959,7 @@ func (x *WatchAdmissionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAdmissionsResponse.ProtoReflect.Descriptor instead.
 func (*WatchAdmissionsResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{11}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WatchAdmissionsResponse) GetKind() WatchAdmissionsResponse_Kind {
@@ -859,14 +1012,19 @@ type Decision struct {
 	// belongs to a later run under the same name. Such pods are left alone,
 	// do not hold the deletion up, and are submitted once the decision is
 	// forgotten. Never set for a single pod's workload.
-	Finished      bool `protobuf:"varint,9,opt,name=finished,proto3" json:"finished,omitempty"`
+	Finished bool `protobuf:"varint,9,opt,name=finished,proto3" json:"finished,omitempty"`
+	// start_by, when set, is the start-up deadline of the admission
+	// (ACTION_ADMIT): unless every admitted pod started by then, the
+	// admitter evicts the workload and requeues it with backoff. The grouper
+	// reports Started counts until every pod started.
+	StartBy       *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=start_by,json=startBy,proto3" json:"start_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[12]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -878,7 +1036,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[12]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -891,7 +1049,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{12}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Decision) GetWorkload() *v1.WorkloadRef {
@@ -957,6 +1115,13 @@ func (x *Decision) GetFinished() bool {
 	return false
 }
 
+func (x *Decision) GetStartBy() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartBy
+	}
+	return nil
+}
+
 var File_sluice_admitter_v1_admitter_proto protoreflect.FileDescriptor
 
 const file_sluice_admitter_v1_admitter_proto_rawDesc = "" +
@@ -968,21 +1133,40 @@ const file_sluice_admitter_v1_admitter_proto_rawDesc = "" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x18\n" +
 	"\acreated\x18\x02 \x01(\bR\acreated\x12\x1d\n" +
 	"\n" +
-	"queue_name\x18\x03 \x01(\tR\tqueueName\"j\n" +
+	"queue_name\x18\x03 \x01(\tR\tqueueName\"\x9b\x01\n" +
 	"\x15UpdateWorkloadRequest\x122\n" +
 	"\bworkload\x18\x01 \x01(\v2\x16.sluice.v1.WorkloadRefR\bworkload\x12\x1d\n" +
 	"\n" +
-	"queue_name\x18\x02 \x01(\tR\tqueueName\"2\n" +
+	"queue_name\x18\x02 \x01(\tR\tqueueName\x12/\n" +
+	"\x04join\x18\x03 \x01(\v2\x1b.sluice.admitter.v1.PodJoinR\x04join\"\xc1\x01\n" +
+	"\aPodJoin\x12\x19\n" +
+	"\bpod_name\x18\x01 \x01(\tR\apodName\x12\x17\n" +
+	"\apod_set\x18\x02 \x01(\tR\x06podSet\x12E\n" +
+	"\brequests\x18\x03 \x03(\v2).sluice.admitter.v1.PodJoin.RequestsEntryR\brequests\x1a;\n" +
+	"\rRequestsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"2\n" +
 	"\x16UpdateWorkloadResponse\x12\x18\n" +
-	"\achanged\x18\x01 \x01(\bR\achanged\"\xad\x03\n" +
+	"\achanged\x18\x01 \x01(\bR\achanged\"\xe4\x03\n" +
 	"\x15ReportProgressRequest\x122\n" +
 	"\bworkload\x18\x01 \x01(\v2\x16.sluice.v1.WorkloadRefR\bworkload\x12c\n" +
 	"\x0esucceeded_pods\x18\x02 \x03(\v2<.sluice.admitter.v1.ReportProgressRequest.SucceededPodsEntryR\rsucceededPods\x122\n" +
 	"\x06finish\x18\x03 \x01(\v2\x1a.sluice.admitter.v1.FinishR\x06finish\x125\n" +
 	"\astopped\x18\x04 \x01(\v2\x1b.sluice.admitter.v1.StoppedR\astopped\x125\n" +
 	"\amissing\x18\x05 \x01(\v2\x1b.sluice.admitter.v1.MissingR\amissing\x12\x17\n" +
-	"\ano_pods\x18\x06 \x01(\bR\x06noPods\x1a@\n" +
+	"\ano_pods\x18\x06 \x01(\bR\x06noPods\x125\n" +
+	"\astarted\x18\a \x01(\v2\x1b.sluice.admitter.v1.StartedR\astarted\x1a@\n" +
 	"\x12SucceededPodsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\x89\x02\n" +
+	"\aStarted\x12H\n" +
+	"\tscheduled\x18\x01 \x03(\v2*.sluice.admitter.v1.Started.ScheduledEntryR\tscheduled\x12<\n" +
+	"\x05ready\x18\x02 \x03(\v2&.sluice.admitter.v1.Started.ReadyEntryR\x05ready\x1a<\n" +
+	"\x0eScheduledEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\x1a8\n" +
+	"\n" +
+	"ReadyEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"}\n" +
 	"\aMissing\x129\n" +
@@ -1010,7 +1194,7 @@ const file_sluice_admitter_v1_admitter_proto_rawDesc = "" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rKIND_SNAPSHOT\x10\x01\x12\x15\n" +
 	"\x11KIND_SNAPSHOT_END\x10\x02\x12\x0f\n" +
-	"\vKIND_CHANGE\x10\x03\"\xf8\x04\n" +
+	"\vKIND_CHANGE\x10\x03\"\xaf\x05\n" +
 	"\bDecision\x122\n" +
 	"\bworkload\x18\x01 \x01(\v2\x16.sluice.v1.WorkloadRefR\bworkload\x12;\n" +
 	"\x06action\x18\x02 \x01(\x0e2#.sluice.admitter.v1.Decision.ActionR\x06action\x12#\n" +
@@ -1021,7 +1205,9 @@ const file_sluice_admitter_v1_admitter_proto_rawDesc = "" +
 	"\x0epod_set_counts\x18\a \x03(\v2..sluice.admitter.v1.Decision.PodSetCountsEntryR\fpodSetCounts\x12;\n" +
 	"\vadmitted_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"admittedAt\x12\x1a\n" +
-	"\bfinished\x18\t \x01(\bR\bfinished\x1a?\n" +
+	"\bfinished\x18\t \x01(\bR\bfinished\x125\n" +
+	"\bstart_by\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\astartBy\x1a?\n" +
 	"\x11PodSetCountsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"j\n" +
@@ -1050,61 +1236,72 @@ func file_sluice_admitter_v1_admitter_proto_rawDescGZIP() []byte {
 }
 
 var file_sluice_admitter_v1_admitter_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sluice_admitter_v1_admitter_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_sluice_admitter_v1_admitter_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_sluice_admitter_v1_admitter_proto_goTypes = []any{
 	(WatchAdmissionsResponse_Kind)(0), // 0: sluice.admitter.v1.WatchAdmissionsResponse.Kind
 	(Decision_Action)(0),              // 1: sluice.admitter.v1.Decision.Action
 	(*SubmitWorkloadRequest)(nil),     // 2: sluice.admitter.v1.SubmitWorkloadRequest
 	(*SubmitWorkloadResponse)(nil),    // 3: sluice.admitter.v1.SubmitWorkloadResponse
 	(*UpdateWorkloadRequest)(nil),     // 4: sluice.admitter.v1.UpdateWorkloadRequest
-	(*UpdateWorkloadResponse)(nil),    // 5: sluice.admitter.v1.UpdateWorkloadResponse
-	(*ReportProgressRequest)(nil),     // 6: sluice.admitter.v1.ReportProgressRequest
-	(*Missing)(nil),                   // 7: sluice.admitter.v1.Missing
-	(*Stopped)(nil),                   // 8: sluice.admitter.v1.Stopped
-	(*Finish)(nil),                    // 9: sluice.admitter.v1.Finish
-	(*ReportProgressResponse)(nil),    // 10: sluice.admitter.v1.ReportProgressResponse
-	(*WatchAdmissionsRequest)(nil),    // 11: sluice.admitter.v1.WatchAdmissionsRequest
-	(*Shard)(nil),                     // 12: sluice.admitter.v1.Shard
-	(*WatchAdmissionsResponse)(nil),   // 13: sluice.admitter.v1.WatchAdmissionsResponse
-	(*Decision)(nil),                  // 14: sluice.admitter.v1.Decision
-	nil,                               // 15: sluice.admitter.v1.ReportProgressRequest.SucceededPodsEntry
-	nil,                               // 16: sluice.admitter.v1.Missing.PodsEntry
-	nil,                               // 17: sluice.admitter.v1.Decision.PodSetCountsEntry
-	(*v1.Workload)(nil),               // 18: sluice.v1.Workload
-	(*v1.WorkloadRef)(nil),            // 19: sluice.v1.WorkloadRef
-	(*v1.PodSetInfo)(nil),             // 20: sluice.v1.PodSetInfo
-	(*timestamppb.Timestamp)(nil),     // 21: google.protobuf.Timestamp
+	(*PodJoin)(nil),                   // 5: sluice.admitter.v1.PodJoin
+	(*UpdateWorkloadResponse)(nil),    // 6: sluice.admitter.v1.UpdateWorkloadResponse
+	(*ReportProgressRequest)(nil),     // 7: sluice.admitter.v1.ReportProgressRequest
+	(*Started)(nil),                   // 8: sluice.admitter.v1.Started
+	(*Missing)(nil),                   // 9: sluice.admitter.v1.Missing
+	(*Stopped)(nil),                   // 10: sluice.admitter.v1.Stopped
+	(*Finish)(nil),                    // 11: sluice.admitter.v1.Finish
+	(*ReportProgressResponse)(nil),    // 12: sluice.admitter.v1.ReportProgressResponse
+	(*WatchAdmissionsRequest)(nil),    // 13: sluice.admitter.v1.WatchAdmissionsRequest
+	(*Shard)(nil),                     // 14: sluice.admitter.v1.Shard
+	(*WatchAdmissionsResponse)(nil),   // 15: sluice.admitter.v1.WatchAdmissionsResponse
+	(*Decision)(nil),                  // 16: sluice.admitter.v1.Decision
+	nil,                               // 17: sluice.admitter.v1.PodJoin.RequestsEntry
+	nil,                               // 18: sluice.admitter.v1.ReportProgressRequest.SucceededPodsEntry
+	nil,                               // 19: sluice.admitter.v1.Started.ScheduledEntry
+	nil,                               // 20: sluice.admitter.v1.Started.ReadyEntry
+	nil,                               // 21: sluice.admitter.v1.Missing.PodsEntry
+	nil,                               // 22: sluice.admitter.v1.Decision.PodSetCountsEntry
+	(*v1.Workload)(nil),               // 23: sluice.v1.Workload
+	(*v1.WorkloadRef)(nil),            // 24: sluice.v1.WorkloadRef
+	(*v1.PodSetInfo)(nil),             // 25: sluice.v1.PodSetInfo
+	(*timestamppb.Timestamp)(nil),     // 26: google.protobuf.Timestamp
 }
 var file_sluice_admitter_v1_admitter_proto_depIdxs = []int32{
-	18, // 0: sluice.admitter.v1.SubmitWorkloadRequest.workload:type_name -> sluice.v1.Workload
-	19, // 1: sluice.admitter.v1.UpdateWorkloadRequest.workload:type_name -> sluice.v1.WorkloadRef
-	19, // 2: sluice.admitter.v1.ReportProgressRequest.workload:type_name -> sluice.v1.WorkloadRef
-	15, // 3: sluice.admitter.v1.ReportProgressRequest.succeeded_pods:type_name -> sluice.admitter.v1.ReportProgressRequest.SucceededPodsEntry
-	9,  // 4: sluice.admitter.v1.ReportProgressRequest.finish:type_name -> sluice.admitter.v1.Finish
-	8,  // 5: sluice.admitter.v1.ReportProgressRequest.stopped:type_name -> sluice.admitter.v1.Stopped
-	7,  // 6: sluice.admitter.v1.ReportProgressRequest.missing:type_name -> sluice.admitter.v1.Missing
-	16, // 7: sluice.admitter.v1.Missing.pods:type_name -> sluice.admitter.v1.Missing.PodsEntry
-	12, // 8: sluice.admitter.v1.WatchAdmissionsRequest.shard:type_name -> sluice.admitter.v1.Shard
-	0,  // 9: sluice.admitter.v1.WatchAdmissionsResponse.kind:type_name -> sluice.admitter.v1.WatchAdmissionsResponse.Kind
-	14, // 10: sluice.admitter.v1.WatchAdmissionsResponse.decisions:type_name -> sluice.admitter.v1.Decision
-	19, // 11: sluice.admitter.v1.Decision.workload:type_name -> sluice.v1.WorkloadRef
-	1,  // 12: sluice.admitter.v1.Decision.action:type_name -> sluice.admitter.v1.Decision.Action
-	20, // 13: sluice.admitter.v1.Decision.pod_set_infos:type_name -> sluice.v1.PodSetInfo
-	17, // 14: sluice.admitter.v1.Decision.pod_set_counts:type_name -> sluice.admitter.v1.Decision.PodSetCountsEntry
-	21, // 15: sluice.admitter.v1.Decision.admitted_at:type_name -> google.protobuf.Timestamp
-	2,  // 16: sluice.admitter.v1.AdmitterService.SubmitWorkload:input_type -> sluice.admitter.v1.SubmitWorkloadRequest
-	6,  // 17: sluice.admitter.v1.AdmitterService.ReportProgress:input_type -> sluice.admitter.v1.ReportProgressRequest
-	4,  // 18: sluice.admitter.v1.AdmitterService.UpdateWorkload:input_type -> sluice.admitter.v1.UpdateWorkloadRequest
-	11, // 19: sluice.admitter.v1.AdmitterService.WatchAdmissions:input_type -> sluice.admitter.v1.WatchAdmissionsRequest
-	3,  // 20: sluice.admitter.v1.AdmitterService.SubmitWorkload:output_type -> sluice.admitter.v1.SubmitWorkloadResponse
-	10, // 21: sluice.admitter.v1.AdmitterService.ReportProgress:output_type -> sluice.admitter.v1.ReportProgressResponse
-	5,  // 22: sluice.admitter.v1.AdmitterService.UpdateWorkload:output_type -> sluice.admitter.v1.UpdateWorkloadResponse
-	13, // 23: sluice.admitter.v1.AdmitterService.WatchAdmissions:output_type -> sluice.admitter.v1.WatchAdmissionsResponse
-	20, // [20:24] is the sub-list for method output_type
-	16, // [16:20] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	23, // 0: sluice.admitter.v1.SubmitWorkloadRequest.workload:type_name -> sluice.v1.Workload
+	24, // 1: sluice.admitter.v1.UpdateWorkloadRequest.workload:type_name -> sluice.v1.WorkloadRef
+	5,  // 2: sluice.admitter.v1.UpdateWorkloadRequest.join:type_name -> sluice.admitter.v1.PodJoin
+	17, // 3: sluice.admitter.v1.PodJoin.requests:type_name -> sluice.admitter.v1.PodJoin.RequestsEntry
+	24, // 4: sluice.admitter.v1.ReportProgressRequest.workload:type_name -> sluice.v1.WorkloadRef
+	18, // 5: sluice.admitter.v1.ReportProgressRequest.succeeded_pods:type_name -> sluice.admitter.v1.ReportProgressRequest.SucceededPodsEntry
+	11, // 6: sluice.admitter.v1.ReportProgressRequest.finish:type_name -> sluice.admitter.v1.Finish
+	10, // 7: sluice.admitter.v1.ReportProgressRequest.stopped:type_name -> sluice.admitter.v1.Stopped
+	9,  // 8: sluice.admitter.v1.ReportProgressRequest.missing:type_name -> sluice.admitter.v1.Missing
+	8,  // 9: sluice.admitter.v1.ReportProgressRequest.started:type_name -> sluice.admitter.v1.Started
+	19, // 10: sluice.admitter.v1.Started.scheduled:type_name -> sluice.admitter.v1.Started.ScheduledEntry
+	20, // 11: sluice.admitter.v1.Started.ready:type_name -> sluice.admitter.v1.Started.ReadyEntry
+	21, // 12: sluice.admitter.v1.Missing.pods:type_name -> sluice.admitter.v1.Missing.PodsEntry
+	14, // 13: sluice.admitter.v1.WatchAdmissionsRequest.shard:type_name -> sluice.admitter.v1.Shard
+	0,  // 14: sluice.admitter.v1.WatchAdmissionsResponse.kind:type_name -> sluice.admitter.v1.WatchAdmissionsResponse.Kind
+	16, // 15: sluice.admitter.v1.WatchAdmissionsResponse.decisions:type_name -> sluice.admitter.v1.Decision
+	24, // 16: sluice.admitter.v1.Decision.workload:type_name -> sluice.v1.WorkloadRef
+	1,  // 17: sluice.admitter.v1.Decision.action:type_name -> sluice.admitter.v1.Decision.Action
+	25, // 18: sluice.admitter.v1.Decision.pod_set_infos:type_name -> sluice.v1.PodSetInfo
+	22, // 19: sluice.admitter.v1.Decision.pod_set_counts:type_name -> sluice.admitter.v1.Decision.PodSetCountsEntry
+	26, // 20: sluice.admitter.v1.Decision.admitted_at:type_name -> google.protobuf.Timestamp
+	26, // 21: sluice.admitter.v1.Decision.start_by:type_name -> google.protobuf.Timestamp
+	2,  // 22: sluice.admitter.v1.AdmitterService.SubmitWorkload:input_type -> sluice.admitter.v1.SubmitWorkloadRequest
+	7,  // 23: sluice.admitter.v1.AdmitterService.ReportProgress:input_type -> sluice.admitter.v1.ReportProgressRequest
+	4,  // 24: sluice.admitter.v1.AdmitterService.UpdateWorkload:input_type -> sluice.admitter.v1.UpdateWorkloadRequest
+	13, // 25: sluice.admitter.v1.AdmitterService.WatchAdmissions:input_type -> sluice.admitter.v1.WatchAdmissionsRequest
+	3,  // 26: sluice.admitter.v1.AdmitterService.SubmitWorkload:output_type -> sluice.admitter.v1.SubmitWorkloadResponse
+	12, // 27: sluice.admitter.v1.AdmitterService.ReportProgress:output_type -> sluice.admitter.v1.ReportProgressResponse
+	6,  // 28: sluice.admitter.v1.AdmitterService.UpdateWorkload:output_type -> sluice.admitter.v1.UpdateWorkloadResponse
+	15, // 29: sluice.admitter.v1.AdmitterService.WatchAdmissions:output_type -> sluice.admitter.v1.WatchAdmissionsResponse
+	26, // [26:30] is the sub-list for method output_type
+	22, // [22:26] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_sluice_admitter_v1_admitter_proto_init() }
@@ -1118,7 +1315,7 @@ func file_sluice_admitter_v1_admitter_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_admitter_v1_admitter_proto_rawDesc), len(file_sluice_admitter_v1_admitter_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   16,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -46,9 +46,11 @@ type AdmitterServiceClient interface {
 	// ReportProgress records what happened to a workload's pods: pods that
 	// succeeded (their quota is released) and the end of the workload.
 	ReportProgress(ctx context.Context, in *ReportProgressRequest, opts ...grpc.CallOption) (*ReportProgressResponse, error)
-	// UpdateWorkload changes a submitted workload to match its pods: today
-	// the LocalQueue it waits in. A workload that holds quota loses it and
-	// queues again in the new LocalQueue. It never creates a workload.
+	// UpdateWorkload changes a submitted workload to match its pods: the
+	// LocalQueue it waits in (a workload that holds quota loses it and
+	// queues again in the new LocalQueue), and asks whether a pod created
+	// after the workload may join one of its pod sets. It never creates a
+	// workload.
 	UpdateWorkload(ctx context.Context, in *UpdateWorkloadRequest, opts ...grpc.CallOption) (*UpdateWorkloadResponse, error)
 	// WatchAdmissions streams the admitter's decisions: first a snapshot of
 	// every decision in force, then each change as it is persisted. The
@@ -132,9 +134,11 @@ type AdmitterServiceServer interface {
 	// ReportProgress records what happened to a workload's pods: pods that
 	// succeeded (their quota is released) and the end of the workload.
 	ReportProgress(context.Context, *ReportProgressRequest) (*ReportProgressResponse, error)
-	// UpdateWorkload changes a submitted workload to match its pods: today
-	// the LocalQueue it waits in. A workload that holds quota loses it and
-	// queues again in the new LocalQueue. It never creates a workload.
+	// UpdateWorkload changes a submitted workload to match its pods: the
+	// LocalQueue it waits in (a workload that holds quota loses it and
+	// queues again in the new LocalQueue), and asks whether a pod created
+	// after the workload may join one of its pod sets. It never creates a
+	// workload.
 	UpdateWorkload(context.Context, *UpdateWorkloadRequest) (*UpdateWorkloadResponse, error)
 	// WatchAdmissions streams the admitter's decisions: first a snapshot of
 	// every decision in force, then each change as it is persisted. The
