@@ -95,7 +95,7 @@ unit: ## Unit tests (no control plane), and one pass of each micro-benchmark so 
 	$(MAKE) --no-print-directory fuzz FUZZTIME=3s
 
 # The fuzz targets, each run for FUZZTIME (make test runs them briefly).
-FUZZ_TARGETS := FuzzParseTotalCount:./pkg/podgroup/ FuzzCompute:./pkg/rolehash/
+FUZZ_TARGETS := FuzzParseTotalCount:./pkg/podgroup/ FuzzParseSets:./pkg/podgroup/ FuzzCompute:./pkg/rolehash/
 FUZZTIME ?= 60s
 
 .PHONY: fuzz

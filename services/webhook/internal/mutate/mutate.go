@@ -1,6 +1,7 @@
 // Package mutate decides whether sluice queues a new pod and computes the
 // JSON patch that holds it for admission: queue label (when defaulted),
-// managed label, finalizer, scheduling gate, role hash and trace context.
+// managed label, the role of a pod declaring its group (when not named),
+// finalizer, scheduling gate, role hash and trace context.
 // The patch only adds what is missing, so it stays small and is empty for a
 // pod that already carries every mark.
 package mutate
@@ -16,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/sluice-dev/sluice/pkg/podgroup"
 	"github.com/sluice-dev/sluice/pkg/podkeys"
 	"github.com/sluice-dev/sluice/pkg/rolehash"
 )
@@ -107,6 +109,13 @@ func Patch(pod *corev1.Pod, d Decision, traceparent string) ([]jsonpatch.JsonPat
 	if pod.Labels[podkeys.ManagedLabel] != podkeys.ManagedLabelValue {
 		labels[podkeys.ManagedLabel] = podkeys.ManagedLabelValue
 	}
+	role, err := ownRole(pod)
+	if err != nil {
+		return nil, err
+	}
+	if role != "" {
+		labels[podkeys.PodGroupRoleLabel] = role
+	}
 
 	annotations := map[string]string{}
 	if pod.Annotations[podkeys.RoleHashAnnotation] == "" {
@@ -131,6 +140,29 @@ func Patch(pod *corev1.Pod, d Decision, traceparent string) ([]jsonpatch.JsonPat
 		ops = append(ops, addToList("/spec/schedulingGates", pod.Spec.SchedulingGates == nil, gate))
 	}
 	return ops, nil
+}
+
+// ownRole returns the role to label a pod that declares its group's pod
+// sets with, when it does not name one itself: the declared set without a
+// template. Every pod of a declared group then names its role the same
+// way, by label.
+func ownRole(pod *corev1.Pod) (string, error) {
+	text, ok := pod.Annotations[podkeys.PodGroupSetsAnnotation]
+	if !ok || pod.Labels[podkeys.PodGroupNameLabel] == "" {
+		return "", nil
+	}
+	if _, named := pod.Labels[podkeys.PodGroupRoleLabel]; named {
+		return "", nil
+	}
+	sets, errs := podgroup.ParseSets(text)
+	if len(errs) > 0 {
+		return "", fmt.Errorf("read %s: %w", podkeys.PodGroupSetsAnnotation, errs.ToAggregate())
+	}
+	role, ferr := podgroup.OwnRole(pod.Labels, sets)
+	if ferr != nil {
+		return "", fmt.Errorf("role of the declaring pod: %w", ferr)
+	}
+	return role, nil
 }
 
 // addToMap adds entries to the string map at path. A map that does not exist

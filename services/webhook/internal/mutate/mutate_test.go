@@ -233,6 +233,41 @@ func TestPatch(t *testing.T) {
 	}
 }
 
+func TestPatchLabelsTheDeclaringPodsRole(t *testing.T) {
+	const sets = `[{"name":"driver","count":1},{"name":"worker","count":3,"template":{"spec":{"containers":[{"name":"w"}]}}}]`
+	declaring := func(labels map[string]string) *corev1.Pod {
+		p := newPod(labels)
+		p.Annotations = map[string]string{podkeys.PodGroupSetsAnnotation: sets}
+		return p
+	}
+	tests := []struct {
+		name string
+		pod  *corev1.Pod
+		want string // the role label after the patch; "-" for none
+	}{
+		{"declaring pod gets the set without a template",
+			declaring(map[string]string{podkeys.QueueNameLabel: "q", podkeys.PodGroupNameLabel: "spark"}), "driver"},
+		{"a role it names is kept",
+			declaring(map[string]string{podkeys.QueueNameLabel: "q", podkeys.PodGroupNameLabel: "spark", podkeys.PodGroupRoleLabel: "driver"}), "driver"},
+		{"a worker is left as it is",
+			newPod(map[string]string{podkeys.QueueNameLabel: "q", podkeys.PodGroupNameLabel: "spark", podkeys.PodGroupRoleLabel: "worker"}), "worker"},
+		{"a single pod gets no role",
+			newPod(map[string]string{podkeys.QueueNameLabel: "q"}), "-"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := apply(t, tc.pod, Decision{Queue: "q"})
+			role, ok := got.Labels[podkeys.PodGroupRoleLabel]
+			if !ok {
+				role = "-"
+			}
+			if role != tc.want {
+				t.Errorf("role label = %q, want %q", role, tc.want)
+			}
+		})
+	}
+}
+
 func TestPatchIsIdempotent(t *testing.T) {
 	once := apply(t, newPod(map[string]string{podkeys.QueueNameLabel: "q"}), Decision{Queue: "q"})
 	ops, err := Patch(once, Decision{Queue: "q"}, traceparent)

@@ -52,8 +52,8 @@ type Options struct {
 // QueueingLabels and QueueingAnnotations are the keys validation judges; an
 // update that changes none of them is not sent to the webhook.
 var (
-	QueueingLabels      = []string{podkeys.QueueNameLabel, podkeys.PodGroupNameLabel, podkeys.ManagedLabel}
-	QueueingAnnotations = []string{podkeys.PodGroupTotalCountAnnotation, podkeys.RetriableInGroupAnnotation}
+	QueueingLabels      = []string{podkeys.QueueNameLabel, podkeys.PodGroupNameLabel, podkeys.PodGroupRoleLabel, podkeys.ManagedLabel}
+	QueueingAnnotations = []string{podkeys.PodGroupTotalCountAnnotation, podkeys.PodGroupSetsAnnotation, podkeys.RetriableInGroupAnnotation}
 )
 
 // SkipOwnServiceAccounts is the CEL match condition that leaves out requests

@@ -22,17 +22,27 @@ var (
 	queueNamePath  = labelsPath.Key(podkeys.QueueNameLabel)
 	groupNamePath  = labelsPath.Key(podkeys.PodGroupNameLabel)
 	managedPath    = labelsPath.Key(podkeys.ManagedLabel)
+	rolePath       = labelsPath.Key(podkeys.PodGroupRoleLabel)
 	totalCountPath = annotationsPath.Key(podkeys.PodGroupTotalCountAnnotation)
+	setsPath       = podgroup.SetsPath
 	retriablePath  = annotationsPath.Key(podkeys.RetriableInGroupAnnotation)
 )
 
 // The details below are part of sluice's user-facing contract: they are
 // documented in docs/webhook.md and asserted by the integration test.
 const (
-	// DetailGroupNeedsCount is the detail when a group name has no total count.
-	DetailGroupNeedsCount = "a pod that names a group must also declare how many pods the group has"
-	// DetailCountNeedsGroup is the detail when a total count has no group name.
+	// DetailGroupNeedsCount is the detail when a group name comes with
+	// neither a total count, nor a declaration, nor a role.
+	DetailGroupNeedsCount = "a pod that names a group must also declare how many pods the group has " +
+		"(or, in a group declared by " + podkeys.PodGroupSetsAnnotation + ", declare it or name its role in " + podkeys.PodGroupRoleLabel + ")"
+	// DetailCountNeedsGroup is the detail when a total count or a
+	// declaration has no group name.
 	DetailCountNeedsGroup = "a pod that declares a group size must also name its group"
+	// DetailCountWithSets is the detail when a pod carries both a total
+	// count and a declaration.
+	DetailCountWithSets = "a group declared by " + podkeys.PodGroupSetsAnnotation + " counts its pods from the declaration; remove this annotation"
+	// DetailNotLabel prefixes the detail when a role is not a DNS-1123 label.
+	DetailNotLabel = "must be a DNS-1123 label"
 	// DetailNotSubdomain prefixes the detail when a name is not a DNS-1123 subdomain.
 	DetailNotSubdomain = "must be a DNS-1123 subdomain"
 	// DetailCountNotInteger is the detail when the total count does not parse.
@@ -48,6 +58,9 @@ const (
 	DetailQueueImmutable = "the queue can only change while the pod waits for admission or after it has finished"
 	// DetailGroupImmutable is the detail when a pod leaves or changes its group.
 	DetailGroupImmutable = "a pod cannot leave or change its group once it names one"
+	// DetailRoleImmutable is the detail when a pod of a group changes its
+	// role or its group's declaration.
+	DetailRoleImmutable = "cannot change once the pod is created: the group's workload is built from it"
 	// DetailRetriableFinal is the detail when retriable-in-group "false" is changed.
 	DetailRetriableFinal = `once "false", this annotation can be neither removed nor changed`
 )
@@ -59,17 +72,31 @@ func Create(pod *corev1.Pod) field.ErrorList {
 
 	groupName, hasGroup := labels[podkeys.PodGroupNameLabel]
 	totalCount, hasCount := annotations[podkeys.PodGroupTotalCountAnnotation]
+	sets, hasSets := annotations[podkeys.PodGroupSetsAnnotation]
+	role, hasRole := labels[podkeys.PodGroupRoleLabel]
 	switch {
-	case hasGroup && !hasCount:
+	case hasGroup && !hasCount && !hasSets && !hasRole:
 		errs = append(errs, field.Required(totalCountPath, DetailGroupNeedsCount))
 	case hasCount && !hasGroup:
 		errs = append(errs, field.Required(groupNamePath, DetailCountNeedsGroup))
+	case hasSets && !hasGroup:
+		errs = append(errs, field.Required(groupNamePath, DetailCountNeedsGroup))
+	case hasSets && hasCount:
+		errs = append(errs, field.Forbidden(totalCountPath, DetailCountWithSets))
 	}
 	if hasGroup {
 		errs = append(errs, subdomain(groupNamePath, groupName)...)
 	}
 	if hasCount {
 		errs = append(errs, count(totalCountPath, totalCount)...)
+	}
+	if hasRole {
+		if problems := validation.IsDNS1123Label(role); len(problems) > 0 {
+			errs = append(errs, field.Invalid(rolePath, role, DetailNotLabel+" ("+strings.Join(problems, "; ")+")"))
+		}
+	}
+	if hasSets {
+		errs = append(errs, declaration(labels, sets)...)
 	}
 	if queue, ok := labels[podkeys.QueueNameLabel]; ok {
 		errs = append(errs, subdomain(queueNamePath, queue)...)
@@ -103,6 +130,13 @@ func Update(old, pod *corev1.Pod) field.ErrorList {
 		if newGroup := pod.Labels[podkeys.PodGroupNameLabel]; newGroup != oldGroup {
 			errs = append(errs, field.Invalid(groupNamePath, newGroup, DetailGroupImmutable))
 		}
+	}
+
+	if old.Labels[podkeys.PodGroupRoleLabel] != pod.Labels[podkeys.PodGroupRoleLabel] && declared(old) {
+		errs = append(errs, field.Invalid(rolePath, pod.Labels[podkeys.PodGroupRoleLabel], DetailRoleImmutable))
+	}
+	if old.Annotations[podkeys.PodGroupSetsAnnotation] != pod.Annotations[podkeys.PodGroupSetsAnnotation] {
+		errs = append(errs, field.Invalid(setsPath, field.OmitValueType{}, DetailRoleImmutable))
 	}
 
 	if old.Annotations[podkeys.RetriableInGroupAnnotation] == "false" &&
@@ -141,6 +175,30 @@ func count(path *field.Path, value string) field.ErrorList {
 		return field.ErrorList{field.Invalid(path, value, DetailCountTooSmall)}
 	}
 	return nil
+}
+
+// declaration checks a pod-group-sets annotation and that the pod
+// carrying it has a role of its own in it.
+func declaration(labels map[string]string, text string) field.ErrorList {
+	sets, errs := podgroup.ParseSets(text)
+	if len(errs) > 0 {
+		return errs
+	}
+	if _, err := podgroup.OwnRole(labels, sets); err != nil {
+		return field.ErrorList{err}
+	}
+	return nil
+}
+
+// declared reports whether pod belongs to a group declared by
+// pod-group-sets: it declares it, or names its role without a total count.
+func declared(pod *corev1.Pod) bool {
+	if _, ok := pod.Annotations[podkeys.PodGroupSetsAnnotation]; ok {
+		return true
+	}
+	_, hasRole := pod.Labels[podkeys.PodGroupRoleLabel]
+	_, hasCount := pod.Annotations[podkeys.PodGroupTotalCountAnnotation]
+	return hasRole && !hasCount
 }
 
 // gated reports whether the pod still waits behind sluice's admission gate.

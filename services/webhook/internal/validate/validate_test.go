@@ -40,6 +40,10 @@ const (
 	mngField   = "metadata.labels[kueue.x-k8s.io/managed]"
 	countField = "metadata.annotations[kueue.x-k8s.io/pod-group-total-count]"
 	retryField = "metadata.annotations[kueue.x-k8s.io/retriable-in-group]"
+	roleField  = "metadata.labels[kueue.x-k8s.io/pod-group-role]"
+	setsField  = "metadata.annotations[kueue.x-k8s.io/pod-group-sets]"
+
+	driverSets = `[{"name":"driver","count":1},{"name":"worker","count":3,"template":{"spec":{"containers":[{"name":"w"}]}}}]`
 )
 
 func TestCreate(t *testing.T) {
@@ -91,6 +95,43 @@ func TestCreate(t *testing.T) {
 			want:        []want{{field.ErrorTypeInvalid, countField, DetailCountTooSmall}},
 		},
 		{
+			name:        "declaring pod",
+			labels:      map[string]string{podkeys.QueueNameLabel: "q", podkeys.PodGroupNameLabel: "spark"},
+			annotations: map[string]string{podkeys.PodGroupSetsAnnotation: driverSets},
+		},
+		{
+			name:   "worker of a declared group",
+			labels: map[string]string{podkeys.QueueNameLabel: "q", podkeys.PodGroupNameLabel: "spark", podkeys.PodGroupRoleLabel: "worker"},
+		},
+		{
+			name:   "role not a label",
+			labels: map[string]string{podkeys.PodGroupNameLabel: "spark", podkeys.PodGroupRoleLabel: "Worker.1"},
+			want:   []want{{field.ErrorTypeInvalid, roleField, DetailNotLabel}},
+		},
+		{
+			name:        "declaration without group",
+			annotations: map[string]string{podkeys.PodGroupSetsAnnotation: driverSets},
+			want:        []want{{field.ErrorTypeRequired, groupField, DetailCountNeedsGroup}},
+		},
+		{
+			name:        "declaration and count",
+			labels:      map[string]string{podkeys.PodGroupNameLabel: "spark"},
+			annotations: map[string]string{podkeys.PodGroupSetsAnnotation: driverSets, podkeys.PodGroupTotalCountAnnotation: "4"},
+			want:        []want{{field.ErrorTypeForbidden, countField, DetailCountWithSets}},
+		},
+		{
+			name:        "malformed declaration names the set and field",
+			labels:      map[string]string{podkeys.PodGroupNameLabel: "spark"},
+			annotations: map[string]string{podkeys.PodGroupSetsAnnotation: `[{"name":"driver","count":1},{"name":"worker","count":0}]`},
+			want:        []want{{field.ErrorTypeInvalid, setsField + "[1].count", "must be at least 1"}},
+		},
+		{
+			name:        "declaring pod names a role it cannot have",
+			labels:      map[string]string{podkeys.PodGroupNameLabel: "spark", podkeys.PodGroupRoleLabel: "worker"},
+			annotations: map[string]string{podkeys.PodGroupSetsAnnotation: driverSets},
+			want:        []want{{field.ErrorTypeInvalid, roleField, "must have no template"}},
+		},
+		{
 			name:   "queue name not a subdomain",
 			labels: map[string]string{podkeys.QueueNameLabel: "Team A"},
 			want:   []want{{field.ErrorTypeInvalid, queueField, DetailNotSubdomain}},
@@ -119,6 +160,36 @@ func TestCreate(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			check(t, Create(pod(tc.labels, tc.annotations)), tc.want)
+		})
+	}
+}
+
+func TestUpdateDeclaredGroup(t *testing.T) {
+	driver := pod(map[string]string{podkeys.PodGroupNameLabel: "spark", podkeys.PodGroupRoleLabel: "driver"},
+		map[string]string{podkeys.PodGroupSetsAnnotation: driverSets})
+	worker := pod(map[string]string{podkeys.PodGroupNameLabel: "spark", podkeys.PodGroupRoleLabel: "worker"}, nil)
+	story2 := pod(map[string]string{podkeys.PodGroupNameLabel: "g", podkeys.PodGroupRoleLabel: "a"},
+		map[string]string{podkeys.PodGroupTotalCountAnnotation: "2"})
+	tests := []struct {
+		name   string
+		old    *corev1.Pod
+		change func(*corev1.Pod)
+		want   []want
+	}{
+		{"worker changes role", worker, func(p *corev1.Pod) { p.Labels[podkeys.PodGroupRoleLabel] = "driver" },
+			[]want{{field.ErrorTypeInvalid, roleField, DetailRoleImmutable}}},
+		{"declaration changes", driver, func(p *corev1.Pod) { p.Annotations[podkeys.PodGroupSetsAnnotation] = `[{"name":"driver","count":2}]` },
+			[]want{{field.ErrorTypeInvalid, setsField, DetailRoleImmutable}}},
+		{"declaration removed", driver, func(p *corev1.Pod) { delete(p.Annotations, podkeys.PodGroupSetsAnnotation) },
+			[]want{{field.ErrorTypeInvalid, setsField, DetailRoleImmutable}}},
+		{"role of a group created beforehand may change", story2, func(p *corev1.Pod) { p.Labels[podkeys.PodGroupRoleLabel] = "b" }, nil},
+		{"other labels may change", worker, func(p *corev1.Pod) { p.Labels["app"] = "x" }, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			updated := tc.old.DeepCopy()
+			tc.change(updated)
+			check(t, Update(tc.old, updated), tc.want)
 		})
 	}
 }
