@@ -1,6 +1,6 @@
 // Package podgroup reads the keys that make pods one KEP-976 pod group:
-// the group name label, the total-count annotation and the
-// retriable-in-group annotation. The webhook refuses pods whose keys do not
+// the group name label, the total-count annotation, the pod-group-sets
+// declaration with the role label, and the retriable-in-group annotation. The webhook refuses pods whose keys do not
 // parse; the grouper assembles groups from the pods whose keys do, with the
 // same rules.
 package podgroup
@@ -48,4 +48,17 @@ func TotalCount(pod *corev1.Pod) (int32, error) {
 // replacement: unless its retriable-in-group annotation is "false".
 func Retriable(pod *corev1.Pod) bool {
 	return pod.Annotations[podkeys.RetriableInGroupAnnotation] != "false"
+}
+
+// Declared reports whether pod belongs to a group declared by the
+// pod-group-sets annotation (KEP-976 Story 3): it carries the declaration,
+// or names its role in the group without a total count — a worker created
+// after the pod that declared it.
+func Declared(pod *corev1.Pod) bool {
+	if _, ok := pod.Annotations[podkeys.PodGroupSetsAnnotation]; ok {
+		return true
+	}
+	_, hasRole := pod.Labels[podkeys.PodGroupRoleLabel]
+	_, hasCount := pod.Annotations[podkeys.PodGroupTotalCountAnnotation]
+	return hasRole && !hasCount
 }

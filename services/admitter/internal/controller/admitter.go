@@ -370,6 +370,23 @@ func (a *Admitter) UpdateQueue(ctx context.Context, key types.NamespacedName, ui
 	return a.writer.UpdateQueue(ctx, key, uid, queue)
 }
 
+// CheckJoin says whether a pod may join pod set podSet of the workload
+// key (see workload.CheckJoin); it writes nothing. A workload of another
+// uid than the caller's is stale news: retry once the decisions catch up.
+func (a *Admitter) CheckJoin(ctx context.Context, key types.NamespacedName, uid types.UID, pod, podSet string, requests corev1.ResourceList) error {
+	if !a.leading.Load() {
+		return ErrNotLeader
+	}
+	wl, err := a.writer.StoredOrRead(ctx, key)
+	if err != nil {
+		return err
+	}
+	if uid != "" && wl.UID != uid {
+		return fmt.Errorf("%w: workload %s is now uid %s, not %s", ErrStale, key, wl.UID, uid)
+	}
+	return workload.CheckJoin(wl, pod, podSet, requests)
+}
+
 // ReportProgress records what the grouper says of a workload's pods (see
 // lifecycle.Writer.ReportProgress).
 func (a *Admitter) ReportProgress(ctx context.Context, key types.NamespacedName, p lifecycle.Progress) error {

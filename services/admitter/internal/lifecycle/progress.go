@@ -48,7 +48,7 @@ func (w *Writer) Submit(ctx context.Context, wl *v1alpha1.Workload) (*v1alpha1.W
 	if !apierrors.IsAlreadyExists(err) {
 		return nil, false, fmt.Errorf("create workload %s: %w", key, err)
 	}
-	existing, err := w.storedOrRead(ctx, key)
+	existing, err := w.StoredOrRead(ctx, key)
 	if err != nil {
 		return nil, false, err
 	}
@@ -279,11 +279,11 @@ func (w *Writer) stoppedLocked(ctx context.Context, wl *v1alpha1.Workload, reser
 // its pods to be created again; any other group is over, and its Workload
 // is deleted (as garbage collection deletes a single pod's with its pod).
 // A finished Workload is retired from the store, so it is read from the
-// API server (storedOrRead).
+// API server (StoredOrRead).
 func (w *Writer) noPods(ctx context.Context, key types.NamespacedName, uid types.UID) error {
 	unlock := w.cfg.Locks.Lock(key)
 	defer unlock()
-	orig, err := w.storedOrRead(ctx, key)
+	orig, err := w.StoredOrRead(ctx, key)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

@@ -168,11 +168,11 @@ func (w *Writer) current(ctx context.Context, key types.NamespacedName, fresh bo
 	return w.cfg.Store.Get(key), nil
 }
 
-// storedOrRead is the store's version of the workload or, when the store
+// StoredOrRead is the store's version of the workload or, when the store
 // holds none (finished workloads are retired from it), the API server's,
 // without recording it. A workload that does not exist is a NotFound
 // error.
-func (w *Writer) storedOrRead(ctx context.Context, key types.NamespacedName) (*v1alpha1.Workload, error) {
+func (w *Writer) StoredOrRead(ctx context.Context, key types.NamespacedName) (*v1alpha1.Workload, error) {
 	if cur := w.cfg.Store.Get(key); cur != nil {
 		return cur, nil
 	}

@@ -55,16 +55,35 @@ func (s *Server) SubmitWorkload(ctx context.Context, req *admitterv1.SubmitWorkl
 }
 
 // UpdateWorkload moves a submitted workload to the LocalQueue its pods
-// name now.
+// name now, and answers whether a pod may join one of its pod sets.
 func (s *Server) UpdateWorkload(ctx context.Context, req *admitterv1.UpdateWorkloadRequest) (*admitterv1.UpdateWorkloadResponse, error) {
 	ref := req.GetWorkload()
 	if ref.GetNamespace() == "" || ref.GetName() == "" {
 		return nil, status.Error(codes.InvalidArgument, "workload.namespace and workload.name are required")
 	}
+	join := req.GetJoin()
+	if req.GetQueueName() == "" && join == nil {
+		return nil, status.Error(codes.InvalidArgument, "one of queue_name and join is required")
+	}
+	key := types.NamespacedName{Namespace: ref.GetNamespace(), Name: ref.GetName()}
+	if join != nil {
+		requests, err := workload.JoinFromProto(join)
+		if err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+		if err := s.admitter.CheckJoin(ctx, key, types.UID(ref.GetUid()), join.GetPodName(), join.GetPodSet(), requests); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, status.Error(codes.NotFound, err.Error())
+			}
+			return nil, toStatus(err)
+		}
+	}
+	if req.GetQueueName() == "" {
+		return &admitterv1.UpdateWorkloadResponse{}, nil
+	}
 	if errs := validation.IsDNS1123Subdomain(req.GetQueueName()); len(errs) > 0 {
 		return nil, status.Errorf(codes.InvalidArgument, "queue_name %q: %s", req.GetQueueName(), errs[0])
 	}
-	key := types.NamespacedName{Namespace: ref.GetNamespace(), Name: ref.GetName()}
 	changed, err := s.admitter.UpdateQueue(ctx, key, types.UID(ref.GetUid()), req.GetQueueName())
 	if err != nil {
 		return nil, toStatus(err)
@@ -165,7 +184,7 @@ func toStatus(err error) error {
 	switch {
 	case errors.Is(err, controller.ErrNotLeader):
 		return errNotLeader
-	case errors.Is(err, lifecycle.ErrPodSetsChanged):
+	case errors.Is(err, lifecycle.ErrPodSetsChanged), errors.Is(err, workload.ErrJoinRefused):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, controller.ErrStale), errors.Is(err, lifecycle.ErrPastRun):
 		return status.Error(codes.Unavailable, err.Error())

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"sync"
 
 	"go.opentelemetry.io/otel/trace"
@@ -20,6 +22,7 @@ import (
 	sluicev1 "github.com/sluice-dev/sluice/gen/sluice/v1"
 	"github.com/sluice-dev/sluice/pkg/crashpoint"
 	"github.com/sluice-dev/sluice/pkg/podgroup"
+	"github.com/sluice-dev/sluice/pkg/podkeys"
 	"github.com/sluice-dev/sluice/services/grouper/internal/group"
 	"github.com/sluice-dev/sluice/services/grouper/internal/metrics"
 	"github.com/sluice-dev/sluice/services/grouper/internal/podpatch"
@@ -32,6 +35,8 @@ const (
 	ReasonGroupMismatch     = "GroupMismatch"
 	ReasonTooManyRoles      = "TooManyRoles"
 	ReasonExcessPodsDeleted = "ExcessPodsDeleted"
+	ReasonUnknownRole       = "UnknownRole"
+	ReasonJoinRefused       = "JoinRefused"
 
 	actionAssemble = "Assemble"
 )
@@ -55,6 +60,9 @@ type groupState struct {
 	// none was ever reported).
 	succeeded map[string]int32
 	missing   string
+	// joined holds the shapes of pods the admitter let join a pod set of
+	// the declared group's workload, by joinKey: pods of one shape ask once.
+	joined map[string]bool
 }
 
 // groupStates holds groupState by group.
@@ -158,6 +166,9 @@ func (r *Reconciler) submitGroup(ctx context.Context, pod *corev1.Pod, key workl
 		r.warnGroup(key, pods, reasonFor(err), err.Error())
 		return reconcile.Result{}, nil
 	}
+	if len(a.Strangers) > 0 {
+		return reconcile.Result{}, r.deleteStrangers(ctx, key, a.Members, a.Strangers, a.Declared)
+	}
 	if len(a.Excess) > 0 {
 		return reconcile.Result{}, r.deleteExcess(ctx, key, a)
 	}
@@ -219,25 +230,55 @@ func reasonFor(err error) string {
 // deleteExcess deletes the pods a group has beyond its total count, the
 // youngest first.
 func (r *Reconciler) deleteExcess(ctx context.Context, key workload.Key, a *group.Assembly) error {
-	return r.deletePods(ctx, key, a.Members, a.Excess, fmt.Sprintf("the group wants %d pods", a.TotalCount))
+	why := fmt.Sprintf("the group wants %d pods", a.TotalCount)
+	if len(a.Declared) > 0 {
+		why = "their roles have all the pods the group declares"
+	}
+	return r.deletePods(ctx, key, a.Members, a.Excess, why)
 }
 
 // deletePods deletes excess pods of a group, with one event for the group
 // on its first pod saying why.
 func (r *Reconciler) deletePods(ctx context.Context, key workload.Key, members, excess []*corev1.Pod, why string) error {
+	names, err := r.deleteGroupPods(ctx, key, excess)
+	if err != nil {
+		return err
+	}
+	r.opts.Recorder.Eventf(firstByName(append(slices.Clone(members), excess...)), nil, corev1.EventTypeNormal, ReasonExcessPodsDeleted, actionAssemble,
+		"group %s: deleted %d excess pods (%s): %v", key.Name, len(names), why, names)
+	return nil
+}
+
+// deleteStrangers deletes the pods of a declared group that name a role
+// it does not declare, with one warning for the group.
+func (r *Reconciler) deleteStrangers(ctx context.Context, key workload.Key, members, strangers []*corev1.Pod, declared []string) error {
+	names, err := r.deleteGroupPods(ctx, key, strangers)
+	if err != nil {
+		return err
+	}
+	var roles []string
+	for _, p := range strangers {
+		roles = append(roles, p.Labels[podkeys.PodGroupRoleLabel])
+	}
+	r.warn(firstByName(append(slices.Clone(members), strangers...)), ReasonUnknownRole, actionAssemble,
+		"group %s: deleted pods %v: their %s %v is not declared by the group's %s (declared: %v)",
+		key.Name, names, podkeys.PodGroupRoleLabel, roles, podkeys.PodGroupSetsAnnotation, declared)
+	return nil
+}
+
+// deleteGroupPods deletes pods of a group, each guarded by its uid.
+func (r *Reconciler) deleteGroupPods(ctx context.Context, key workload.Key, pods []*corev1.Pod) ([]string, error) {
 	var names []string
-	for _, p := range excess {
+	for _, p := range pods {
 		uid := p.UID
 		target := &corev1.Pod{}
 		target.Namespace, target.Name = p.Namespace, p.Name
 		if err := r.opts.Client.Delete(ctx, target, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("delete excess pod %s/%s of group %s: %w", p.Namespace, p.Name, key, err)
+			return names, fmt.Errorf("delete pod %s/%s of group %s: %w", p.Namespace, p.Name, key, err)
 		}
 		names = append(names, p.Name)
 	}
-	r.opts.Recorder.Eventf(firstByName(members), nil, corev1.EventTypeNormal, ReasonExcessPodsDeleted, actionAssemble,
-		"group %s: deleted %d excess pods (%s): %v", key.Name, len(names), why, names)
-	return nil
+	return names, nil
 }
 
 // firstByName is the pod of the group events are emitted on.
@@ -272,6 +313,9 @@ func (r *Reconciler) ungateMember(ctx context.Context, pod *corev1.Pod, key work
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	if slices.ContainsFunc(state.Strangers, func(p *corev1.Pod) bool { return p.UID == pod.UID }) {
+		return reconcile.Result{}, r.deleteStrangers(ctx, key, pods, []*corev1.Pod{pod}, slices.Sorted(maps.Keys(entry.decision.GetPodSetCounts())))
+	}
 	if slices.ContainsFunc(state.Excess, func(p *corev1.Pod) bool { return p.UID == pod.UID }) {
 		return reconcile.Result{}, r.deletePods(ctx, key, pods, []*corev1.Pod{pod}, "its role has all its pods")
 	}
@@ -282,10 +326,23 @@ func (r *Reconciler) ungateMember(ctx context.Context, pod *corev1.Pod, key work
 	if err := r.reportState(ctx, key, ref, state); err != nil {
 		return reconcile.Result{}, err
 	}
-	hash, err := workload.RoleHash(pod)
+	role, err := state.Roles.Of(pod)
+	if err == nil && state.Roles.Declared {
+		refused, jerr := r.join(ctx, key, ref, pod, role)
+		switch {
+		case jerr != nil:
+			return reconcile.Result{}, jerr
+		case refused != "":
+			if _, err := r.deleteGroupPods(ctx, key, []*corev1.Pod{pod}); err != nil {
+				return reconcile.Result{}, err
+			}
+			r.warn(pod, ReasonJoinRefused, actionUngate, "deleted: the pod cannot join pod set %s of group %s: %s", role, key.Name, refused)
+			return reconcile.Result{}, nil
+		}
+	}
 	if err == nil {
 		var info *sluicev1.PodSetInfo
-		if info, err = podSetInfoFor(entry.decision, hash); err == nil {
+		if info, err = podSetInfoFor(entry.decision, role); err == nil {
 			var patch []byte
 			if patch, err = podpatch.Ungate(pod, info, ref); err == nil {
 				return r.sendUngate(ctx, pod, key, entry, st, patch)
@@ -297,6 +354,53 @@ func (r *Reconciler) ungateMember(ctx context.Context, pod *corev1.Pod, key work
 	return reconcile.Result{RequeueAfter: recheckAfter}, nil
 }
 
+// join asks the admitter whether a pod of a declared group, created after
+// the group's workload, may join the pod set of its role; refused says why
+// not. The pod that declares the group needs no asking: its pod set was
+// built from it. The answer for one shape of pod holds for every pod of
+// that shape in the same workload, so it is asked once.
+func (r *Reconciler) join(ctx context.Context, key workload.Key, ref *sluicev1.WorkloadRef, pod *corev1.Pod, role string) (refused string, err error) {
+	if _, declares := pod.Annotations[podkeys.PodGroupSetsAnnotation]; declares {
+		return "", nil
+	}
+	requests := workload.Requests(pod)
+	jk := joinKey(ref.GetUid(), role, requests)
+	known := false
+	r.groups.update(key, func(g *groupState) { known = g.joined[jk] })
+	if known {
+		return "", nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.opts.CallTimeout)
+	defer cancel()
+	_, err = r.opts.Admitter.UpdateWorkload(cctx, &admitterv1.UpdateWorkloadRequest{
+		Workload: ref,
+		Join:     &admitterv1.PodJoin{PodName: pod.Name, PodSet: role, Requests: requests},
+	})
+	switch {
+	case status.Code(err) == grpccodes.FailedPrecondition:
+		return status.Convert(err).Message(), nil
+	case err != nil:
+		return "", fmt.Errorf("ask to join pod %s/%s to pod set %s of group %s: %w", pod.Namespace, pod.Name, role, key, err)
+	}
+	r.groups.update(key, func(g *groupState) {
+		if g.joined == nil {
+			g.joined = map[string]bool{}
+		}
+		g.joined[jk] = true
+	})
+	return "", nil
+}
+
+// joinKey identifies a shape of pod joining a pod set of one workload.
+func joinKey(uid, role string, requests map[string]string) string {
+	var b strings.Builder
+	b.WriteString(uid + "/" + role)
+	for _, name := range slices.Sorted(maps.Keys(requests)) {
+		b.WriteString("/" + name + "=" + requests[name])
+	}
+	return b.String()
+}
+
 // observeGroup reads an admitted group whole: its pods, what they say
 // against the admitted pod set counts, and the reference its reports use.
 func (r *Reconciler) observeGroup(ctx context.Context, key workload.Key, entry decisionEntry) ([]*corev1.Pod, *group.State, *sluicev1.WorkloadRef, error) {
@@ -305,7 +409,7 @@ func (r *Reconciler) observeGroup(ctx context.Context, key workload.Key, entry d
 		return nil, nil, nil, err
 	}
 	uid := entry.decision.GetWorkload().GetUid()
-	state, err := group.Observe(uid, entry.decision.GetPodSetCounts(), pods)
+	state, err := group.Observe(uid, entry.decision.GetPodSetCounts(), group.RolesOf(pods), pods)
 	if err != nil {
 		return nil, nil, nil, err
 	}

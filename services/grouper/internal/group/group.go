@@ -1,9 +1,11 @@
-// Package group decides what a KEP-976 pod group created beforehand needs,
-// from its pods alone: whether they agree on their queue and size, which
-// pods make the workload and which are excess, when the workload can be
-// submitted, which failed pods their replacements free, whether pods are
-// missing, and whether the group finished — and how. It does no I/O; the
-// grouper's controller acts on what it says.
+// Package group decides what a KEP-976 pod group needs, from its pods
+// alone: whether they agree on their queue and size, which pods make the
+// workload and which are excess, when the workload can be submitted, which
+// failed pods their replacements free, whether pods are missing, and
+// whether the group finished — and how. It knows groups created beforehand
+// (Story 2: a total count, roles by role hash) and groups declared by the
+// pod-group-sets annotation (Story 3: roles by label, workers created
+// later). It does no I/O; the grouper's controller acts on what it says.
 package group
 
 import (
@@ -25,7 +27,7 @@ import (
 
 // MaxRoles is the most roles (distinct role hashes) a group may have: the
 // Workload API's limit of pod sets.
-const MaxRoles = 18
+const MaxRoles = podgroup.MaxPodSets
 
 // Active reports whether pod counts toward its group: it has not failed,
 // and it is not being deleted before it reached a node (such a pod never
@@ -84,19 +86,25 @@ type Assembly struct {
 	// Members are the active pods that make the workload, first in line
 	// first; at most TotalCount.
 	Members []*corev1.Pod
-	// Excess are the active pods beyond TotalCount, to delete: the
-	// youngest, gated ones first.
+	// Excess are the active pods beyond TotalCount (beyond their role's
+	// count in a declared group), to delete: the youngest, gated ones
+	// first.
 	Excess []*corev1.Pod
+	// Strangers are the active pods of a declared group that name a role
+	// it does not declare, to delete; Declared lists the roles it does.
+	Strangers []*corev1.Pod
+	Declared  []string
 	// Missing is how many active pods the group still waits for.
 	Missing int32
-	// Workload is the workload to submit; nil while pods are missing.
+	// Workload is the workload to submit; nil while pods are missing (or,
+	// in a declared group, while the pod declaring it is).
 	Workload *sluicev1.Workload
 }
 
 // Assemble reads the pods of group name (every pod carrying its name, in
-// any order) for a workload to submit. A group whose pods disagree on the queue or the total count
-// has no workload (MismatchError), nor has one with too many roles
-// (TooManyRolesError).
+// any order) for a workload to submit. A group whose pods disagree on the
+// queue, the total count or the declaration has no workload
+// (MismatchError), nor has one with too many roles (TooManyRolesError).
 func Assemble(namespace, name string, pods []*corev1.Pod) (*Assembly, error) {
 	// Pods that ended and that sluice let go of belong to a run that is
 	// over (the group comes back with new pods): they neither count nor
@@ -104,6 +112,9 @@ func Assemble(namespace, name string, pods []*corev1.Pod) (*Assembly, error) {
 	pods = slices.DeleteFunc(slices.Clone(pods), Released)
 	if len(pods) == 0 {
 		return nil, fmt.Errorf("group %s/%s: no pods", namespace, name)
+	}
+	if RolesOf(pods).Declared {
+		return assembleDeclared(namespace, name, pods)
 	}
 	group := namespace + "/" + name
 	queue, err := same(group, podkeys.QueueNameLabel, pods, func(p *corev1.Pod) string { return p.Labels[podkeys.QueueNameLabel] })
@@ -201,8 +212,14 @@ func compareBool(a, b bool) int {
 type State struct {
 	// Excess are active pods beyond their role's count, to delete: the
 	// youngest first. Pods being deleted do not count: their replacements
-	// are not excess.
+	// are not excess. In a group created beforehand, pods of a role the
+	// workload does not have are excess too.
 	Excess []*corev1.Pod
+	// Strangers are the active pods of a declared group naming a role its
+	// workload does not have, to delete.
+	Strangers []*corev1.Pod
+	// Roles is how the group's pods map to pod sets.
+	Roles Roles
 	// Replaced are failed pods a newer pod of their role took the place
 	// of: their finalizer may go. The pod that failed first is replaced
 	// first.
@@ -220,11 +237,16 @@ type State struct {
 }
 
 // Observe reads an admitted group: the uid of its Workload, its pod sets
-// (role hash → count) and all the pods carrying its name. Pods admitted in
-// another Workload of the same name (an earlier run) are not its own.
-func Observe(uid string, podSets map[string]int32, pods []*corev1.Pod) (*State, error) {
-	st := &State{Missing: map[string]int32{}, Succeeded: map[string]int32{}}
-	type role struct{ active, failed []*corev1.Pod }
+// (pod set name → count), how its pods map to them, and all the pods
+// carrying its name. Pods admitted in another Workload of the same name
+// (an earlier run) are not its own.
+func Observe(uid string, podSets map[string]int32, how Roles, pods []*corev1.Pod) (*State, error) {
+	st := &State{Missing: map[string]int32{}, Succeeded: map[string]int32{}, Roles: how}
+	type role struct {
+		active, failed []*corev1.Pod
+		// declaring: the role of the pod declaring the group.
+		declaring bool
+	}
 	roles := map[string]*role{}
 	var running, succeeded int32
 	nonRetriable := ""
@@ -232,7 +254,7 @@ func Observe(uid string, podSets map[string]int32, pods []*corev1.Pod) (*State, 
 		if other := p.Annotations[podkeys.WorkloadUIDAnnotation]; other != "" && uid != "" && other != uid {
 			continue
 		}
-		hash, err := workload.RoleHash(p)
+		hash, err := how.Of(p)
 		if err != nil {
 			return nil, err
 		}
@@ -240,6 +262,9 @@ func Observe(uid string, podSets map[string]int32, pods []*corev1.Pod) (*State, 
 		if r == nil {
 			r = &role{}
 			roles[hash] = r
+		}
+		if _, declares := p.Annotations[podkeys.PodGroupSetsAnnotation]; declares {
+			r.declaring = true
 		}
 		switch {
 		case Active(p) && p.DeletionTimestamp != nil && p.Status.Phase != corev1.PodSucceeded:
@@ -265,7 +290,10 @@ func Observe(uid string, podSets map[string]int32, pods []*corev1.Pod) (*State, 
 	for hash, count := range podSets {
 		total += count
 		r := roles[hash]
-		if r == nil {
+		switch {
+		case r == nil && how.Declared:
+			continue // the pods of a declared role come over time
+		case r == nil:
 			st.Missing[hash] = count
 			continue
 		}
@@ -276,13 +304,22 @@ func Observe(uid string, podSets map[string]int32, pods []*corev1.Pod) (*State, 
 			st.Excess = append(st.Excess, excess...)
 			active = active[:count]
 		}
+		if how.Declared && !r.declaring {
+			// Workers are created by the pod that declared them, as it
+			// needs them: a failed one holds no place.
+			st.Replaced = append(st.Replaced, r.failed...)
+			continue
+		}
 		// Each failed pod holds a place until a newer pod takes it.
 		slices.SortStableFunc(r.failed, func(a, b *corev1.Pod) int { return FailedAt(a).Compare(FailedAt(b)) })
 		free := int32(len(active)) + int32(len(r.failed)) - count
-		for i := int32(0); i < free && i < int32(len(r.failed)); i++ {
-			st.Replaced = append(st.Replaced, r.failed[i])
+		replaced := min(max(free, 0), int32(len(r.failed)))
+		st.Replaced = append(st.Replaced, r.failed[:replaced]...)
+		missing := count - int32(len(active))
+		if how.Declared {
+			missing = min(missing, int32(len(r.failed))-replaced)
 		}
-		if missing := count - int32(len(active)); missing > 0 {
+		if missing > 0 {
 			st.Missing[hash] = missing
 		}
 	}
@@ -291,12 +328,23 @@ func Observe(uid string, podSets map[string]int32, pods []*corev1.Pod) (*State, 
 			// A role the workload does not have: every pod of it is
 			// excess (it would have no pod set to be admitted in).
 			r := roles[hash]
+			if how.Declared {
+				st.Strangers = append(st.Strangers, r.active...)
+				continue
+			}
 			st.Excess = append(st.Excess, r.active...)
 		}
+	}
+	own := ""
+	if how.Declared && running == 0 {
+		own = ownRoleSucceeded(uid, podSets, how, pods)
 	}
 	switch {
 	case succeeded >= total && total > 0:
 		st.Finished, st.Success, st.Message = true, true, fmt.Sprintf("all %d pods succeeded", total)
+	case own != "":
+		st.Finished, st.Success = true, true
+		st.Message = fmt.Sprintf("every pod of role %s, which declares the group, succeeded, and no pod of the group runs", own)
 	case nonRetriable != "" && running == 0:
 		st.Finished, st.Message = true, fmt.Sprintf("pod %s failed and is not retriable in its group (%s: \"false\")",
 			nonRetriable, podkeys.RetriableInGroupAnnotation)
@@ -305,6 +353,33 @@ func Observe(uid string, podSets map[string]int32, pods []*corev1.Pod) (*State, 
 		st.Missing = map[string]int32{}
 	}
 	return st, nil
+}
+
+// ownRoleSucceeded returns the role of the pods declaring a group when
+// all of that role's pods succeeded: a declared group is done when its
+// driver is, whatever became of the workers it created. Empty otherwise.
+func ownRoleSucceeded(uid string, podSets map[string]int32, how Roles, pods []*corev1.Pod) string {
+	own := ""
+	var succeeded int32
+	for _, p := range pods {
+		if other := p.Annotations[podkeys.WorkloadUIDAnnotation]; other != "" && uid != "" && other != uid {
+			continue
+		}
+		role, err := how.Of(p)
+		if err != nil {
+			continue
+		}
+		if _, declares := p.Annotations[podkeys.PodGroupSetsAnnotation]; declares {
+			own = role
+		}
+		if p.Status.Phase == corev1.PodSucceeded && p.Annotations[podkeys.PodGroupSetsAnnotation] != "" {
+			succeeded++
+		}
+	}
+	if own == "" || succeeded < podSets[own] {
+		return ""
+	}
+	return own
 }
 
 // FailedAt is when pod ended: the latest finish of its containers, else

@@ -294,7 +294,7 @@ func TestObserveAdmittedGroup(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			st, err := Observe("this", sets, tt.pods)
+			st, err := Observe("this", sets, RolesOf(tt.pods), tt.pods)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -132,7 +132,7 @@ func Update(old, pod *corev1.Pod) field.ErrorList {
 		}
 	}
 
-	if old.Labels[podkeys.PodGroupRoleLabel] != pod.Labels[podkeys.PodGroupRoleLabel] && declared(old) {
+	if old.Labels[podkeys.PodGroupRoleLabel] != pod.Labels[podkeys.PodGroupRoleLabel] && podgroup.Declared(old) {
 		errs = append(errs, field.Invalid(rolePath, pod.Labels[podkeys.PodGroupRoleLabel], DetailRoleImmutable))
 	}
 	if old.Annotations[podkeys.PodGroupSetsAnnotation] != pod.Annotations[podkeys.PodGroupSetsAnnotation] {
@@ -188,17 +188,6 @@ func declaration(labels map[string]string, text string) field.ErrorList {
 		return field.ErrorList{err}
 	}
 	return nil
-}
-
-// declared reports whether pod belongs to a group declared by
-// pod-group-sets: it declares it, or names its role without a total count.
-func declared(pod *corev1.Pod) bool {
-	if _, ok := pod.Annotations[podkeys.PodGroupSetsAnnotation]; ok {
-		return true
-	}
-	_, hasRole := pod.Labels[podkeys.PodGroupRoleLabel]
-	_, hasCount := pod.Annotations[podkeys.PodGroupTotalCountAnnotation]
-	return hasRole && !hasCount
 }
 
 // gated reports whether the pod still waits behind sluice's admission gate.
