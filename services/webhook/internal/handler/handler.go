@@ -45,6 +45,9 @@ const traceparentKey = "traceparent"
 type Lookup interface {
 	NamespaceManaged(ctx context.Context, namespace string) (bool, error)
 	DefaultQueueExists(ctx context.Context, namespace string) (bool, error)
+	// GroupPods returns the pods of a group that name a role (a declared
+	// group's), as far as the webhook has seen them.
+	GroupPods(ctx context.Context, namespace, group string) ([]*corev1.Pod, error)
 }
 
 func newDecoder() (admission.Decoder, error) {
@@ -88,7 +91,11 @@ func (h *Mutator) Handle(ctx context.Context, req admission.Request) admission.R
 	// round trip per pod instead of two. The mutating webhook is reinvoked
 	// when a later mutating webhook changes the pod, so the final object is
 	// still validated.
-	if errs := validate.Create(pod); len(errs) > 0 {
+	errs, err := validateCreate(ctx, h.lookup, pod)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	if len(errs) > 0 {
 		return denied(h.metrics, pod, errs)
 	}
 	decision, err := mutate.Decide(pod, func() (bool, error) { return h.lookup.DefaultQueueExists(ctx, req.Namespace) })
@@ -208,7 +215,10 @@ func (h *Validator) Handle(ctx context.Context, req admission.Request) admission
 	}
 	var errs field.ErrorList
 	if req.Operation == admissionv1.Create {
-		errs = validate.Create(pod)
+		var err error
+		if errs, err = validateCreate(ctx, h.lookup, pod); err != nil {
+			return admission.Errored(http.StatusInternalServerError, err)
+		}
 	} else {
 		old := &corev1.Pod{}
 		if err := h.decoder.DecodeRaw(req.OldObject, old); err != nil {
@@ -220,6 +230,23 @@ func (h *Validator) Handle(ctx context.Context, req admission.Request) admission
 		return admission.Allowed("")
 	}
 	return denied(h.metrics, pod, errs)
+}
+
+// validateCreate judges a new pod's keys and, for a worker of a declared
+// group, whether its group has room for it.
+func validateCreate(ctx context.Context, l Lookup, pod *corev1.Pod) (field.ErrorList, error) {
+	if errs := validate.Create(pod); len(errs) > 0 {
+		return errs, nil
+	}
+	group, inGroup := pod.Labels[podkeys.PodGroupNameLabel]
+	if _, hasRole := pod.Labels[podkeys.PodGroupRoleLabel]; !inGroup || !hasRole {
+		return nil, nil
+	}
+	pods, err := l.GroupPods(ctx, pod.Namespace, group)
+	if err != nil {
+		return nil, fmt.Errorf("look up the pods of group %s: %w", group, err)
+	}
+	return validate.Worker(pod, pods), nil
 }
 
 // managedPod decodes the request's pod when its namespace is managed by
@@ -238,6 +265,11 @@ func managedPod(ctx context.Context, l Lookup, dec admission.Decoder, req admiss
 	if err := dec.Decode(req, pod); err != nil {
 		resp := admission.Errored(http.StatusBadRequest, fmt.Errorf("decode pod: %w", err))
 		return nil, &resp
+	}
+	if pod.Namespace == "" {
+		// A create may leave it to the request; the API server fills it in
+		// after admission.
+		pod.Namespace = req.Namespace
 	}
 	return pod, nil
 }

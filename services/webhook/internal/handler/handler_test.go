@@ -34,11 +34,16 @@ import (
 type stubLookup struct {
 	unmanaged     map[string]bool
 	defaultQueues map[string]bool
+	groupPods     []*corev1.Pod
 	err           error
 }
 
 func (s stubLookup) NamespaceManaged(_ context.Context, ns string) (bool, error) {
 	return !s.unmanaged[ns], s.err
+}
+
+func (s stubLookup) GroupPods(context.Context, string, string) ([]*corev1.Pod, error) {
+	return s.groupPods, s.err
 }
 
 func (s stubLookup) DefaultQueueExists(_ context.Context, ns string) (bool, error) {

@@ -1,7 +1,9 @@
-// Package lookup answers the webhook's two questions about a pod's
+// Package lookup answers the webhook's questions about a pod's
 // surroundings — is its namespace managed, does its namespace have a default
-// LocalQueue — from informer caches of object metadata, so the webhook keeps
-// no state of its own and sends no request to the API server per pod.
+// LocalQueue, which pods does its declared group have already — from
+// informer caches (of object metadata, and of the few fields of pods in
+// declared groups that matter), so the webhook keeps no state of its own
+// and sends no request to the API server per pod.
 package lookup
 
 import (
@@ -19,16 +21,22 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sluice-dev/sluice/pkg/podkeys"
 )
 
 // LocalQueueGVK is the kind of sluice's namespaced queues.
 var LocalQueueGVK = schema.GroupVersionKind{Group: "sluice.dev", Version: "v1alpha1", Kind: "LocalQueue"}
 
 var namespaceGVK = corev1.SchemeGroupVersion.WithKind("Namespace")
+
+// groupIndex indexes cached pods by "<namespace>/<group name>".
+const groupIndex = "sluice.group"
 
 // ErrNotSynced is returned while the caches are still filling.
 var ErrNotSynced = errors.New("webhook caches are not synced yet")
@@ -47,7 +55,9 @@ type Options struct {
 	Log logr.Logger
 }
 
-// Cache holds the metadata of namespaces and of default LocalQueues.
+// Cache holds the metadata of namespaces and of default LocalQueues, and
+// the pods that name a role in a group (KEP-976 Story 3's declared
+// groups).
 type Cache struct {
 	cfg  *rest.Config
 	opts Options
@@ -114,10 +124,17 @@ func (c *Cache) Run(ctx context.Context) error {
 // build creates the cache and registers its two informers.
 func (c *Cache) build(ctx context.Context) (cache.Cache, error) {
 	queue := metadataOf(LocalQueueGVK)
+	hasRole, err := labels.NewRequirement(podkeys.PodGroupRoleLabel, selection.Exists, nil)
+	if err != nil {
+		return nil, fmt.Errorf("select pods with a role: %w", err)
+	}
 	informers, err := cache.New(c.cfg, cache.Options{
 		ByObject: map[client.Object]cache.ByObject{
 			// Only the default queues matter: keep nothing else in memory.
 			queue: {Field: fields.OneTermEqualSelector("metadata.name", c.opts.DefaultQueue)},
+			// Only pods naming a role, and only what judging a worker of
+			// a declared group needs of them.
+			&corev1.Pod{}: {Label: labels.NewSelector().Add(*hasRole), Transform: trimPod},
 		},
 		// Never start an informer on demand from the request path.
 		ReaderFailOnMissingInformer: true,
@@ -125,12 +142,44 @@ func (c *Cache) build(ctx context.Context) (cache.Cache, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create webhook caches: %w", err)
 	}
-	for _, obj := range []client.Object{metadataOf(namespaceGVK), queue} {
+	if err := informers.IndexField(ctx, &corev1.Pod{}, groupIndex, groupOf); err != nil {
+		return nil, fmt.Errorf("index pods by group: %w", err)
+	}
+	for _, obj := range []client.Object{metadataOf(namespaceGVK), queue, &corev1.Pod{}} {
 		if _, err := informers.GetInformer(ctx, obj); err != nil {
-			return nil, fmt.Errorf("watch %s: %w", obj.GetObjectKind().GroupVersionKind().Kind, err)
+			return nil, fmt.Errorf("watch %T %s: %w", obj, obj.GetObjectKind().GroupVersionKind().Kind, err)
 		}
 	}
 	return informers, nil
+}
+
+// groupOf indexes a pod under its group.
+func groupOf(obj client.Object) []string {
+	if name := obj.GetLabels()[podkeys.PodGroupNameLabel]; name != "" {
+		return []string{obj.GetNamespace() + "/" + name}
+	}
+	return nil
+}
+
+// trimPod keeps of a pod what judging a new worker of its group needs:
+// its keys, whether it still counts (phase, deletion, node, finalizers)
+// and its group's declaration.
+func trimPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	trimmed := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+		Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion,
+		CreationTimestamp: pod.CreationTimestamp, DeletionTimestamp: pod.DeletionTimestamp,
+		Labels: pod.Labels, Finalizers: pod.Finalizers,
+	}}
+	if sets, ok := pod.Annotations[podkeys.PodGroupSetsAnnotation]; ok {
+		trimmed.Annotations = map[string]string{podkeys.PodGroupSetsAnnotation: sets}
+	}
+	trimmed.Spec.NodeName = pod.Spec.NodeName
+	trimmed.Status.Phase = pod.Status.Phase
+	return trimmed, nil
 }
 
 // Synced is closed once the caches hold their initial contents.
@@ -181,4 +230,25 @@ func (c *Cache) NamespaceManaged(ctx context.Context, namespace string) (bool, e
 // Options.DefaultQueue.
 func (c *Cache) DefaultQueueExists(ctx context.Context, namespace string) (bool, error) {
 	return c.get(ctx, types.NamespacedName{Namespace: namespace, Name: c.opts.DefaultQueue}, metadataOf(LocalQueueGVK))
+}
+
+// GroupPods returns the pods of group name in namespace that name a role:
+// the pod that declares a KEP-976 Story 3 group and its workers, as far as
+// the cache has seen them. They are the cache's objects: read, never
+// change them.
+func (c *Cache) GroupPods(ctx context.Context, namespace, name string) ([]*corev1.Pod, error) {
+	r := c.reader.Load()
+	if r == nil {
+		return nil, ErrNotSynced
+	}
+	var list corev1.PodList
+	if err := (*r).List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{groupIndex: namespace + "/" + name},
+		client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list pods of group %s/%s from cache: %w", namespace, name, err)
+	}
+	pods := make([]*corev1.Pod, len(list.Items))
+	for i := range list.Items {
+		pods[i] = &list.Items[i]
+	}
+	return pods, nil
 }

@@ -5,6 +5,8 @@ package validate
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -41,6 +43,9 @@ const (
 	// DetailCountWithSets is the detail when a pod carries both a total
 	// count and a declaration.
 	DetailCountWithSets = "a group declared by " + podkeys.PodGroupSetsAnnotation + " counts its pods from the declaration; remove this annotation"
+	// DetailRoleFull is the detail when a worker's role has all its pods:
+	// group, declared count, role, pods there, their names.
+	DetailRoleFull = "group %s declares %d pods of role %s and has %d already (%s)"
 	// DetailNotLabel prefixes the detail when a role is not a DNS-1123 label.
 	DetailNotLabel = "must be a DNS-1123 label"
 	// DetailNotSubdomain prefixes the detail when a name is not a DNS-1123 subdomain.
@@ -175,6 +180,58 @@ func count(path *field.Path, value string) field.ErrorList {
 		return field.ErrorList{field.Invalid(path, value, DetailCountTooSmall)}
 	}
 	return nil
+}
+
+// Worker returns what is wrong with a new worker of a declared group, as
+// far as the pods of its group already there (group: those the webhook's
+// cache holds) tell: its role must be declared and not have all its pods.
+// Before the pod declaring the group is known nothing can be told; the
+// grouper deletes, with an event, workers that turn out to be too many.
+func Worker(pod *corev1.Pod, group []*corev1.Pod) field.ErrorList {
+	if _, declares := pod.Annotations[podkeys.PodGroupSetsAnnotation]; declares || !podgroup.Declared(pod) {
+		return nil
+	}
+	var sets []podgroup.Set
+	for _, p := range group {
+		text, ok := p.Annotations[podkeys.PodGroupSetsAnnotation]
+		if !ok || !counts(p) {
+			continue
+		}
+		if parsed, errs := podgroup.ParseSets(text); len(errs) == 0 {
+			sets = parsed
+			break
+		}
+	}
+	if sets == nil {
+		return nil
+	}
+	role := pod.Labels[podkeys.PodGroupRoleLabel]
+	i := slices.IndexFunc(sets, func(s podgroup.Set) bool { return s.Name == role })
+	if i < 0 {
+		return field.ErrorList{field.NotSupported(rolePath, role, podgroup.SetNames(sets))}
+	}
+	var there []string
+	for _, p := range group {
+		if p.Labels[podkeys.PodGroupRoleLabel] == role && counts(p) {
+			there = append(there, p.Name)
+		}
+	}
+	if n := int32(len(there)); n >= sets[i].Count {
+		slices.Sort(there)
+		return field.ErrorList{field.Forbidden(rolePath, fmt.Sprintf(DetailRoleFull,
+			pod.Labels[podkeys.PodGroupNameLabel], sets[i].Count, role, n, strings.Join(there, ", ")))}
+	}
+	return nil
+}
+
+// counts reports whether a pod of a group takes a place in it: it has not
+// failed, is not being deleted before it ran, and is not a pod of an
+// earlier run that ended and that sluice let go of.
+func counts(pod *corev1.Pod) bool {
+	if pod.Status.Phase == corev1.PodFailed || (pod.DeletionTimestamp != nil && pod.Spec.NodeName == "") {
+		return false
+	}
+	return !finished(pod) || slices.Contains(pod.Finalizers, podkeys.ManagedFinalizer)
 }
 
 // declaration checks a pod-group-sets annotation and that the pod

@@ -314,3 +314,44 @@ func TestReason(t *testing.T) {
 		}
 	}
 }
+
+func TestWorker(t *testing.T) {
+	member := func(name, role string, mutate ...func(*corev1.Pod)) *corev1.Pod {
+		p := pod(map[string]string{podkeys.PodGroupNameLabel: "spark", podkeys.PodGroupRoleLabel: role}, nil)
+		p.Name = name
+		if role == "driver" {
+			p.Annotations = map[string]string{podkeys.PodGroupSetsAnnotation: driverSets}
+		}
+		p.Finalizers = []string{podkeys.ManagedFinalizer}
+		for _, m := range mutate {
+			m(p)
+		}
+		return p
+	}
+	phase := func(ph corev1.PodPhase) func(*corev1.Pod) { return func(p *corev1.Pod) { p.Status.Phase = ph } }
+	released := func(p *corev1.Pod) { p.Finalizers = nil }
+	driver := member("driver", "driver")
+	tests := []struct {
+		name  string
+		pod   *corev1.Pod
+		group []*corev1.Pod
+		want  []want
+	}{
+		{"room in its role", member("w3", "worker"), []*corev1.Pod{driver, member("w1", "worker"), member("w2", "worker")}, nil},
+		{"role full", member("w4", "worker"), []*corev1.Pod{driver, member("w1", "worker"), member("w2", "worker"), member("w3", "worker")},
+			[]want{{field.ErrorTypeForbidden, roleField, "group spark declares 3 pods of role worker and has 3 already (w1, w2, w3)"}}},
+		{"failed and released pods make room", member("w4", "worker"), []*corev1.Pod{driver, member("w1", "worker", phase(corev1.PodFailed)),
+			member("w2", "worker"), member("w3", "worker", phase(corev1.PodSucceeded), released)}, nil},
+		{"succeeded pods still hold their place", member("w4", "worker"), []*corev1.Pod{driver, member("w1", "worker", phase(corev1.PodSucceeded)),
+			member("w2", "worker"), member("w3", "worker")}, []want{{field.ErrorTypeForbidden, roleField, "has 3 already"}}},
+		{"role not declared", member("x", "executor"), []*corev1.Pod{driver},
+			[]want{{field.ErrorTypeNotSupported, roleField, `supported values: "driver", "worker"`}}},
+		{"driver not seen yet", member("x", "executor"), []*corev1.Pod{member("w1", "worker")}, nil},
+		{"the declaring pod itself is not judged", member("driver-2", "driver"), []*corev1.Pod{driver}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			check(t, Worker(tc.pod, tc.group), tc.want)
+		})
+	}
+}
