@@ -90,7 +90,7 @@ func (p *progress) followGroup(ctx context.Context, c client.Client, ns, group s
 			p.step("gated", "all %d pods gated by the webhook, none starts before the group is admitted", size)
 		}
 		if ungated == size {
-			p.step("ungated", "all %d pods ungated by the grouper at once, each with its role's pod set info", size)
+			p.step("ungated", "all %d pods ungated by the grouper, each with its role's pod set info", size)
 		}
 		if running == size {
 			p.step("running", "all %d pods running", size)

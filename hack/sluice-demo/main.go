@@ -2,8 +2,9 @@
 // happen, the steps its pod goes through: gated, queued, quota reserved,
 // checked, admitted, ungated with the check's updates, scheduled, running,
 // succeeded, and its quota released. Then it does the same for the Story 2
-// sample, a group of pods created together and admitted whole. `make run`
-// calls it.
+// sample, a group of pods created together and admitted whole, and for the
+// Story 3 sample, a driver admitted for the workers it declares and creates
+// later. `make run` calls it.
 package main
 
 import (
@@ -30,7 +31,7 @@ import (
 
 func main() {
 	kubeconfig := flag.String("kubeconfig", "", "path to the kubeconfig (default: $KUBECONFIG)")
-	samples := flag.String("samples", "deploy/samples", "directory holding story1-pod.yaml and story2-group.yaml")
+	samples := flag.String("samples", "deploy/samples", "directory holding story1-pod.yaml, story2-group.yaml and story3-spark.yaml")
 	timeout := flag.Duration("timeout", 2*time.Minute, "how long to wait for the pod to finish")
 	flag.Parse()
 
@@ -74,7 +75,10 @@ func run(ctx context.Context, kubeconfig, samples string) error {
 	if err := p.follow(ctx, c, pod); err != nil {
 		return err
 	}
-	return runGroup(ctx, c, filepath.Join(samples, "story2-group.yaml"))
+	if err := runGroup(ctx, c, filepath.Join(samples, "story2-group.yaml")); err != nil {
+		return err
+	}
+	return runDeclared(ctx, c, filepath.Join(samples, "story3-spark.yaml"))
 }
 
 // follow watches the pod and the Workloads of its namespace and prints each

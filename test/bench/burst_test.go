@@ -69,6 +69,28 @@ func BenchmarkBurstPodGroups(b *testing.B) {
 	})
 }
 
+// BenchmarkBurstDeclaredGroups bursts the same number of pods as groups
+// declared by a driver (KEP-976 Story 3): every groupSize-th pod declares
+// its group (itself and groupSize-1 workers shaped by a template), the
+// others are workers naming their role. Pods are created in burst order,
+// so most workers of a group arrive around its driver: before its
+// admission they wait and are ungated with it; after, they join at once.
+// Joining writes nothing to the Workload.
+func BenchmarkBurstDeclaredGroups(b *testing.B) {
+	sets := fmt.Sprintf(`[{"name":"driver","count":1},{"name":"worker","count":%d,"template":{"spec":{"containers":`+
+		`[{"name":"main","resources":{"requests":{"cpu":"100m"}}}]}}}]`, groupSize-1)
+	runBurst(b, fmt.Sprintf("pods in %d declared groups of %d", burst/groupSize, groupSize), func(ns string, i int) *corev1.Pod {
+		p := benchPod(ns, fmt.Sprintf("pod-%d", i), "user-queue")
+		p.Labels[podkeys.PodGroupNameLabel] = fmt.Sprintf("group-%d", i/groupSize)
+		if i%groupSize == 0 {
+			p.Annotations = map[string]string{podkeys.PodGroupSetsAnnotation: sets}
+		} else {
+			p.Labels[podkeys.PodGroupRoleLabel] = "worker"
+		}
+		return p
+	})
+}
+
 // runBurst measures the raw pipeline, then bursts pods made by newPod
 // through sluice, in one control plane, and reports both.
 func runBurst(b *testing.B, shape string, newPod func(ns string, i int) *corev1.Pod) {
