@@ -1,6 +1,7 @@
 package grouper
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
 	"github.com/sluice-dev/sluice/pkg/rpc"
@@ -95,6 +97,13 @@ func (f *fakeAdmitter) UpdateWorkload(_ context.Context, req *admitterv1.UpdateW
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.updates = append(f.updates, req)
+	if j := req.GetJoin(); j != nil {
+		// Pods of more than 1 cpu do not fit the pod sets of the tests.
+		if q := resource.MustParse(cmp.Or(j.GetRequests()["cpu"], "0")); q.Cmp(resource.MustParse("1")) > 0 {
+			return nil, status.Errorf(codes.FailedPrecondition, "pod %s requests cpu %s, more than pod set %s reserves", j.GetPodName(), q.String(), j.GetPodSet())
+		}
+		return &admitterv1.UpdateWorkloadResponse{}, nil
+	}
 	k := req.GetWorkload().GetNamespace() + "/" + req.GetWorkload().GetName()
 	changed := f.queues[k] != req.GetQueueName()
 	f.queues[k] = req.GetQueueName()

@@ -336,7 +336,8 @@ func (r *Reconciler) ungateMember(ctx context.Context, pod *corev1.Pod, key work
 			if _, err := r.deleteGroupPods(ctx, key, []*corev1.Pod{pod}); err != nil {
 				return reconcile.Result{}, err
 			}
-			r.warn(pod, ReasonJoinRefused, actionUngate, "deleted: the pod cannot join pod set %s of group %s: %s", role, key.Name, refused)
+			r.warn(firstByName(pods), ReasonJoinRefused, actionUngate, "group %s: deleted pod %s: it cannot join pod set %s: %s",
+				key.Name, pod.Name, role, refused)
 			return reconcile.Result{}, nil
 		}
 	}
@@ -358,7 +359,7 @@ func (r *Reconciler) ungateMember(ctx context.Context, pod *corev1.Pod, key work
 // the group's workload, may join the pod set of its role; refused says why
 // not. The pod that declares the group needs no asking: its pod set was
 // built from it. The answer for one shape of pod holds for every pod of
-// that shape in the same workload, so it is asked once.
+// that shape in the same workload, so once given it is not asked again.
 func (r *Reconciler) join(ctx context.Context, key workload.Key, ref *sluicev1.WorkloadRef, pod *corev1.Pod, role string) (refused string, err error) {
 	if _, declares := pod.Annotations[podkeys.PodGroupSetsAnnotation]; declares {
 		return "", nil
@@ -428,7 +429,13 @@ func (r *Reconciler) groupProgress(ctx context.Context, pod *corev1.Pod, key wor
 		return reconcile.Result{}, nil
 	}
 	if !admitted {
-		return reconcile.Result{}, r.removeFinalizer(ctx, pod)
+		if err := r.removeFinalizer(ctx, pod); err != nil {
+			return reconcile.Result{}, err
+		}
+		// A pod that leaves a group before admission (excess, a stranger,
+		// a failure) may be what held its submission up.
+		r.wakeGated(key)
+		return reconcile.Result{}, nil
 	}
 	pods, state, ref, err := r.observeGroup(ctx, key, entry)
 	if err != nil {
