@@ -179,7 +179,8 @@ func TestReinvocationSeesFinalPod(t *testing.T) {
 
 	t.Run("break", func(t *testing.T) {
 		err := s.client.Create(ctx, newPod(ns, "broken-later", map[string]string{podkeys.QueueNameLabel: "research", actionLabel: "break"}, nil))
-		const want = `admission webhook "mutate.pods.sluice.dev" denied the request: Pod "broken-later" is invalid: metadata.annotations[kueue.x-k8s.io/pod-group-total-count]: Required value: a pod that names a group must also declare how many pods the group has`
+		const want = `admission webhook "mutate.pods.sluice.dev" denied the request: Pod "broken-later" is invalid: metadata.annotations[kueue.x-k8s.io/pod-group-total-count]: Required value: a pod that names a group must also declare how many pods the group has, ` +
+			`unless it declares the group's pod sets in kueue.x-k8s.io/pod-group-sets or names its role in kueue.x-k8s.io/pod-group-role`
 		if err == nil || err.Error() != want {
 			t.Fatalf("create a pod a later webhook makes invalid: error %v\nwant %s", err, want)
 		}

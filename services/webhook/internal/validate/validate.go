@@ -35,8 +35,8 @@ var (
 const (
 	// DetailGroupNeedsCount is the detail when a group name comes with
 	// neither a total count, nor a declaration, nor a role.
-	DetailGroupNeedsCount = "a pod that names a group must also declare how many pods the group has " +
-		"(or, in a group declared by " + podkeys.PodGroupSetsAnnotation + ", declare it or name its role in " + podkeys.PodGroupRoleLabel + ")"
+	DetailGroupNeedsCount = "a pod that names a group must also declare how many pods the group has, " +
+		"unless it declares the group's pod sets in " + podkeys.PodGroupSetsAnnotation + " or names its role in " + podkeys.PodGroupRoleLabel
 	// DetailCountNeedsGroup is the detail when a total count or a
 	// declaration has no group name.
 	DetailCountNeedsGroup = "a pod that declares a group size must also name its group"
