@@ -123,12 +123,15 @@ func (w *Writer) MissDeadline(ctx context.Context, key types.NamespacedName) err
 // between still ends in an eviction: the check phase evicts inactive
 // workloads that hold quota (with reason Inactive).
 func (w *Writer) deactivateLocked(ctx context.Context, orig *v1alpha1.Workload, msg string) error {
-	deactivated := orig.DeepCopy()
-	deactivated.Spec.Active = ptr.To(false)
-	if err := w.patchSpec(ctx, orig, deactivated, "deactivate-deadline"); err != nil {
-		return err
+	if workload.IsActive(orig) {
+		deactivated := orig.DeepCopy()
+		deactivated.Spec.Active = ptr.To(false)
+		if err := w.patchSpec(ctx, orig, deactivated, "deactivate-deadline"); err != nil {
+			return err
+		}
+		crashpoint.Hit("admitter/deactivate-deadline")
+		w.cfg.Recorder.Eventf(deactivated, nil, "Warning", v1alpha1.ReasonRequeuingLimitExceeded, "Deactivate", "%s", msg)
+		orig = deactivated
 	}
-	crashpoint.Hit("admitter/deactivate-deadline")
-	w.cfg.Recorder.Eventf(deactivated, nil, "Warning", v1alpha1.ReasonRequeuingLimitExceeded, "Deactivate", "%s", msg)
-	return w.Evict(ctx, deactivated, deactivated, Eviction{Reason: v1alpha1.ReasonRequeuingLimitExceeded, Message: msg})
+	return w.Evict(ctx, orig, orig, Eviction{Reason: v1alpha1.ReasonRequeuingLimitExceeded, Message: msg})
 }
