@@ -70,10 +70,11 @@ func (w *Writer) recordStarted(wl *v1alpha1.Workload, c startup.Counts) {
 	if _, due := startup.Due(wl, p); !due {
 		return
 	}
-	w.started.put(workload.Key(wl), workload.ReservationID(wl), c)
 	if !startup.AllStarted(p, wl.Spec.PodSets, c) {
+		w.started.put(workload.Key(wl), workload.ReservationID(wl), c)
 		return
 	}
+	w.started.forget(workload.Key(wl))
 	workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadPodsReady, metav1.ConditionTrue, v1alpha1.ReasonPodsStarted,
 		fmt.Sprintf("every pod started (%s) within the %s deadline", p.Condition, p.Timeout), wl.Generation)
 }
