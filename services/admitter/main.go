@@ -10,6 +10,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"time"
 
@@ -58,7 +59,24 @@ func run() error {
 	fs.IntVar(&cfg.WriteConcurrency, "write-concurrency", 32, "concurrent Workload writes of one scheduling cycle")
 	fs.IntVar(&cfg.CheckWorkers, "check-workers", 16, "workloads whose admission checks are evaluated at once")
 	fs.IntVar(&cfg.ReleaseWorkers, "release-workers", 8, "Release calls to admission-check providers in flight at once")
+	fs.DurationVar(&cfg.WaitForPodsReady.Timeout, "wait-for-pods-ready-timeout", 0,
+		"start-up deadline of ClusterQueues without their own spec.waitForPodsReady: an admitted workload whose pods have not all started this long after its admission is evicted and requeued with backoff (0: no deadline)")
+	fs.StringVar(&cfg.WaitForPodsReady.Condition, "wait-for-pods-ready-condition", "PodsReady",
+		"what counts as a started pod for the default deadline: PodsReady (Ready condition True) or PodsScheduled (bound to a node)")
+	fs.DurationVar(&cfg.WaitForPodsReady.BackoffBase, "requeuing-backoff-base", time.Minute,
+		"wait before the first requeue after a missed default deadline; the n-th waits min(base*2^(n-1), --requeuing-backoff-max)")
+	fs.DurationVar(&cfg.WaitForPodsReady.BackoffMax, "requeuing-backoff-max", time.Hour, "longest wait before a requeue after a missed default deadline")
+	var limit int
+	fs.IntVar(&limit, "requeuing-backoff-limit-count", -1,
+		"requeues allowed after missed default deadlines before the workload is deactivated (negative: no limit)")
 	flag.Parse()
+	if limit >= 0 {
+		n := int32(min(limit, math.MaxInt32))
+		cfg.WaitForPodsReady.BackoffLimitCount = &n
+	}
+	if err := cfg.WaitForPodsReady.Validate(); err != nil {
+		return err
+	}
 	if cfg.LeaseNamespace == "" {
 		cfg.LeaseNamespace = namespace
 	}

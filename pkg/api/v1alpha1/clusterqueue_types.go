@@ -61,6 +61,67 @@ type ClusterQueueSpec struct {
 	// +optional
 	// +kubebuilder:default=None
 	StopPolicy *StopPolicy `json:"stopPolicy,omitempty"`
+
+	// waitForPodsReady gives the workloads this queue admits a start-up
+	// deadline: a workload whose pods have not all started (by condition)
+	// within timeout of its admission is evicted whole and requeued with
+	// backoff. When set it replaces the admitter's cluster default as a
+	// whole; unset means the default applies.
+	// +optional
+	WaitForPodsReady *WaitForPodsReady `json:"waitForPodsReady,omitempty"`
+}
+
+// PodsStartedCondition is what counts as a started pod.
+// +kubebuilder:validation:Enum=PodsScheduled;PodsReady
+type PodsStartedCondition string
+
+const (
+	// PodsScheduled: a pod started once it is bound to a node.
+	PodsScheduled PodsStartedCondition = "PodsScheduled"
+	// PodsReady: a pod started once its Ready condition is True.
+	PodsReady PodsStartedCondition = "PodsReady"
+)
+
+// WaitForPodsReady is a start-up deadline and what follows missing it.
+type WaitForPodsReady struct {
+	// timeout is how long after its admission every pod of a workload has
+	// to start. Zero turns the deadline off for this queue.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="timeout must not be negative"
+	Timeout metav1.Duration `json:"timeout"`
+
+	// condition is what counts as started: PodsScheduled (bound to a node)
+	// or PodsReady (Ready condition True). Defaults to PodsReady.
+	// +optional
+	// +kubebuilder:default=PodsReady
+	Condition PodsStartedCondition `json:"condition,omitempty"`
+
+	// requeuingStrategy is the backoff of the requeues after a missed
+	// deadline, and their limit.
+	// +optional
+	RequeuingStrategy *RequeuingStrategy `json:"requeuingStrategy,omitempty"`
+}
+
+// RequeuingStrategy is the backoff of requeues after a missed start-up
+// deadline: the n-th requeue waits min(backoffBaseSeconds * 2^(n-1),
+// backoffMaxSeconds).
+type RequeuingStrategy struct {
+	// backoffBaseSeconds is the wait before the first requeue. Defaults
+	// to 60.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	BackoffBaseSeconds *int32 `json:"backoffBaseSeconds,omitempty"`
+
+	// backoffMaxSeconds caps the wait. Defaults to 3600.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	BackoffMaxSeconds *int32 `json:"backoffMaxSeconds,omitempty"`
+
+	// backoffLimitCount is how many requeues are allowed; the next missed
+	// deadline deactivates the workload (spec.active=false) instead.
+	// Unset requeues forever.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	BackoffLimitCount *int32 `json:"backoffLimitCount,omitempty"`
 }
 
 // AdmissionChecksStrategy lists the AdmissionChecks of a ClusterQueue.

@@ -82,7 +82,8 @@ type PodSetTemplate struct {
 
 // WorkloadStatus is where a workload stands.
 type WorkloadStatus struct {
-	// conditions: QuotaReserved, Admitted, Finished, Evicted.
+	// conditions: QuotaReserved, Admitted, Finished, Evicted, PodsReady,
+	// WaitingForReplacementPods.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -312,6 +313,11 @@ const (
 	// deleted them, while its pods have not come back; its message says
 	// which are missing. A workload without quota is not queued meanwhile.
 	WorkloadWaitingForReplacementPods = "WaitingForReplacementPods"
+	// WorkloadPodsReady is True once every pod of an admission with a
+	// start-up deadline started (scheduled or ready, by the ClusterQueue's
+	// waitForPodsReady.condition); such a workload is not evicted for the
+	// deadline. It is removed when the admission ends.
+	WorkloadPodsReady = "PodsReady"
 )
 
 // PodGroupLabel is on the Workload of a pod group, with the group's name.
@@ -358,6 +364,14 @@ const (
 	ReasonQueueChanged = "QueueChanged"
 	// ReasonEvicting: quota is held until the evicted pods stop.
 	ReasonEvicting = "EvictionInProgress"
+	// ReasonPodsReadyTimeout: evicted because its pods did not all start
+	// within the ClusterQueue's waitForPodsReady.timeout.
+	ReasonPodsReadyTimeout = "PodsReadyTimeout"
+	// ReasonRequeuingLimitExceeded: deactivated because it missed its
+	// start-up deadline more often than backoffLimitCount allows.
+	ReasonRequeuingLimitExceeded = "RequeuingLimitExceeded"
+	// ReasonPodsStarted: every pod of the admission started.
+	ReasonPodsStarted = "PodsStarted"
 )
 
 // +genclient

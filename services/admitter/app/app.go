@@ -32,6 +32,7 @@ import (
 	"github.com/sluice-dev/sluice/services/admitter/internal/controller"
 	"github.com/sluice-dev/sluice/services/admitter/internal/metrics"
 	"github.com/sluice-dev/sluice/services/admitter/internal/server"
+	"github.com/sluice-dev/sluice/services/admitter/internal/startup"
 	"github.com/sluice-dev/sluice/services/admitter/internal/stream"
 	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
 )
@@ -89,8 +90,57 @@ type Config struct {
 	// ReleaseWorkers is how many Release calls are in flight at once.
 	ReleaseWorkers int
 
+	// WaitForPodsReady is the start-up deadline of ClusterQueues without
+	// their own spec.waitForPodsReady; a zero Timeout sets none.
+	WaitForPodsReady WaitForPodsReady
+
 	// Ready, if set, is called once the admitter leads and serves.
 	Ready func()
+}
+
+// WaitForPodsReady is the cluster default of the start-up deadline.
+type WaitForPodsReady struct {
+	// Timeout after the admission by which every pod must have started;
+	// zero turns the default off.
+	Timeout time.Duration
+	// Condition is PodsReady (the default when empty) or PodsScheduled.
+	Condition string
+	// BackoffBase (default 60s) and BackoffMax (default 1h) shape the
+	// requeue wait: min(base * 2^(n-1), max) before the n-th requeue.
+	BackoffBase, BackoffMax time.Duration
+	// BackoffLimitCount, when set, is how many requeues are allowed
+	// before the workload is deactivated.
+	BackoffLimitCount *int32
+}
+
+// Validate refuses settings that cannot be applied, naming the flag and
+// the rule.
+func (w WaitForPodsReady) Validate() error {
+	_, err := w.policy()
+	return err
+}
+
+// policy is w as the admitter's deadline rules take it, defaults filled
+// in, or an error naming the flag and the rule.
+func (w WaitForPodsReady) policy() (startup.Policy, error) {
+	p := startup.Policy{
+		Timeout: w.Timeout, Condition: v1alpha1.PodsStartedCondition(w.Condition),
+		BackoffBase: w.BackoffBase, BackoffMax: w.BackoffMax,
+	}
+	if p.Condition == "" {
+		p.Condition = v1alpha1.PodsReady
+	}
+	if p.BackoffBase == 0 {
+		p.BackoffBase = startup.DefaultBackoffBase
+	}
+	if p.BackoffMax == 0 {
+		p.BackoffMax = max(startup.DefaultBackoffMax, p.BackoffBase)
+	}
+	p.LimitCount = w.BackoffLimitCount
+	if err := p.Validate(); err != nil {
+		return startup.Policy{}, fmt.Errorf("admitter config: %w", err)
+	}
+	return p, nil
 }
 
 // shrinkWorkloads is the Workload informer's transform: managed fields
@@ -118,6 +168,10 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 	}
 	if cfg.LeaseName == "" {
 		cfg.LeaseName = DefaultLeaseName
+	}
+	startDefault, err := cfg.WaitForPodsReady.policy()
+	if err != nil {
+		return err
 	}
 	reg := cfg.Registry
 	if reg == nil {
@@ -181,6 +235,7 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 		StatusInterval:   cfg.StatusInterval,
 		ProbeInterval:    cfg.ProbeInterval,
 		EventInterval:    cfg.EventInterval,
+		StartDefault:     startDefault,
 		OnLeading: func() {
 			grpcSrv.Health.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
 			if cfg.Ready != nil {

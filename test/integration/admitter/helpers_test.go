@@ -43,6 +43,7 @@ type queueOptions struct {
 	nodeLabels  map[string]string
 	checks      []string
 	queueingStr v1alpha1.QueueingStrategy
+	startup     *v1alpha1.WaitForPodsReady
 }
 
 func newSetup(ctx context.Context, t *testing.T, o queueOptions) setup {
@@ -78,6 +79,7 @@ func createQueues(ctx context.Context, t *testing.T, o queueOptions) setup {
 		ObjectMeta: metav1.ObjectMeta{Name: st.cq},
 		Spec: v1alpha1.ClusterQueueSpec{
 			QueueingStrategy: o.queueingStr,
+			WaitForPodsReady: o.startup,
 			ResourceGroups: []v1alpha1.ResourceGroup{{
 				CoveredResources: []corev1.ResourceName{corev1.ResourceCPU},
 				Flavors: []v1alpha1.FlavorQuotas{{Name: st.flavor, Resources: []v1alpha1.ResourceQuota{

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sluicev1alpha1 "github.com/sluice-dev/sluice/pkg/api/v1alpha1"
@@ -53,6 +54,7 @@ func quota(name corev1.ResourceName, q string) sluicev1alpha1.ResourceQuota {
 }
 
 func TestClusterQueueSchema(t *testing.T) {
+	cpuOnly := []sluicev1alpha1.ResourceGroup{cpuGroup("default", quota(corev1.ResourceCPU, "8"))}
 	cases := []struct {
 		name    string
 		spec    sluicev1alpha1.ClusterQueueSpec
@@ -90,6 +92,39 @@ func TestClusterQueueSchema(t *testing.T) {
 				cpuGroup("Not_A_Name", quota(corev1.ResourceCPU, "1")),
 			}},
 			wantErr: []string{"spec.resourceGroups[0].flavors[0].name"},
+		},
+		{
+			name: "start-up deadline",
+			spec: sluicev1alpha1.ClusterQueueSpec{ResourceGroups: cpuOnly, WaitForPodsReady: &sluicev1alpha1.WaitForPodsReady{
+				Timeout: metav1.Duration{Duration: time.Minute}, Condition: sluicev1alpha1.PodsScheduled,
+				RequeuingStrategy: &sluicev1alpha1.RequeuingStrategy{BackoffBaseSeconds: ptr.To[int32](5), BackoffLimitCount: ptr.To[int32](0)},
+			}},
+		},
+		{
+			name: "negative start-up timeout",
+			spec: sluicev1alpha1.ClusterQueueSpec{ResourceGroups: cpuOnly, WaitForPodsReady: &sluicev1alpha1.WaitForPodsReady{
+				Timeout: metav1.Duration{Duration: -time.Second}}},
+			wantErr: []string{"spec.waitForPodsReady.timeout", "timeout must not be negative"},
+		},
+		{
+			name: "unknown start-up condition",
+			spec: sluicev1alpha1.ClusterQueueSpec{ResourceGroups: cpuOnly, WaitForPodsReady: &sluicev1alpha1.WaitForPodsReady{
+				Timeout: metav1.Duration{Duration: time.Minute}, Condition: "Running"}},
+			wantErr: []string{"spec.waitForPodsReady.condition", `supported values: "PodsScheduled", "PodsReady"`},
+		},
+		{
+			name: "zero backoff base",
+			spec: sluicev1alpha1.ClusterQueueSpec{ResourceGroups: cpuOnly, WaitForPodsReady: &sluicev1alpha1.WaitForPodsReady{
+				Timeout:           metav1.Duration{Duration: time.Minute},
+				RequeuingStrategy: &sluicev1alpha1.RequeuingStrategy{BackoffBaseSeconds: ptr.To[int32](0)}}},
+			wantErr: []string{"spec.waitForPodsReady.requeuingStrategy.backoffBaseSeconds"},
+		},
+		{
+			name: "negative backoff limit",
+			spec: sluicev1alpha1.ClusterQueueSpec{ResourceGroups: cpuOnly, WaitForPodsReady: &sluicev1alpha1.WaitForPodsReady{
+				Timeout:           metav1.Duration{Duration: time.Minute},
+				RequeuingStrategy: &sluicev1alpha1.RequeuingStrategy{BackoffLimitCount: ptr.To[int32](-1)}}},
+			wantErr: []string{"spec.waitForPodsReady.requeuingStrategy.backoffLimitCount"},
 		},
 	}
 	for _, tc := range cases {

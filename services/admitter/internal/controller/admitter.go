@@ -29,12 +29,14 @@ import (
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 	"github.com/sluice-dev/sluice/services/admitter/internal/checkphase"
 	"github.com/sluice-dev/sluice/services/admitter/internal/checks"
+	"github.com/sluice-dev/sluice/services/admitter/internal/deadline"
 	"github.com/sluice-dev/sluice/services/admitter/internal/lifecycle"
 	"github.com/sluice-dev/sluice/services/admitter/internal/metrics"
 	"github.com/sluice-dev/sluice/services/admitter/internal/probe"
 	"github.com/sluice-dev/sluice/services/admitter/internal/queuestatus"
 	"github.com/sluice-dev/sluice/services/admitter/internal/releases"
 	"github.com/sluice-dev/sluice/services/admitter/internal/scheduler"
+	"github.com/sluice-dev/sluice/services/admitter/internal/startup"
 	"github.com/sluice-dev/sluice/services/admitter/internal/store"
 	"github.com/sluice-dev/sluice/services/admitter/internal/stream"
 	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
@@ -98,6 +100,9 @@ type Config struct {
 	// EventInterval is how often the Normal events that summarise the
 	// admissions of each ClusterQueue are emitted.
 	EventInterval time.Duration
+	// StartDefault is the start-up deadline of ClusterQueues without
+	// their own waitForPodsReady; its zero value sets none.
+	StartDefault startup.Policy
 }
 
 // Admitter is the wiring of the admitter's parts. Create it with New,
@@ -107,12 +112,14 @@ type Admitter struct {
 	cfg   Config
 	store *store.Store
 
-	sched    *scheduler.Scheduler
-	writer   *lifecycle.Writer
-	phase    *checkphase.Orchestrator
-	releases *releases.Tracker
-	prober   *probe.Prober
-	reporter *queuestatus.Reporter
+	sched     *scheduler.Scheduler
+	writer    *lifecycle.Writer
+	phase     *checkphase.Orchestrator
+	releases  *releases.Tracker
+	prober    *probe.Prober
+	reporter  *queuestatus.Reporter
+	deadlines *deadline.Watcher
+	policies  *policies
 
 	leading  atomic.Bool
 	leaderMu sync.Mutex // orders becoming leader against decision publishing
@@ -132,10 +139,11 @@ func New(cfg Config) *Admitter {
 		cfg.OnLeading = func() {}
 	}
 	a := &Admitter{
-		cfg:     cfg,
-		store:   store.New(),
-		sched:   scheduler.New(),
-		trigger: make(chan struct{}, 1),
+		cfg:      cfg,
+		store:    store.New(),
+		sched:    scheduler.New(),
+		trigger:  make(chan struct{}, 1),
+		policies: newPolicies(cfg.StartDefault),
 	}
 	locks := store.NewLocks()
 	a.reporter = queuestatus.New(queuestatus.Config{
@@ -150,7 +158,9 @@ func New(cfg Config) *Admitter {
 		Client: cfg.Client, APIReader: cfg.APIReader, Store: a.store, Locks: locks,
 		Recorder: cfg.Recorder, Metrics: cfg.Metrics, Releases: a.releases,
 		Observe: a.record, Requeue: a.triggerCycle, Reserved: a.reporter.Reserved,
+		StartPolicy: a.policies.get,
 	})
+	a.deadlines = deadline.New(deadline.Config{Store: a.store, Writer: a.writer, Policy: a.policies.get})
 	a.phase = checkphase.New(checkphase.Config{
 		Store: a.store, Locks: locks, Writer: a.writer, Checks: cfg.Checks, Metrics: cfg.Metrics,
 		Recorder: cfg.Recorder, Catalog: a.sched.Catalog, Workers: cfg.CheckWorkers,
@@ -190,8 +200,16 @@ func (a *Admitter) Watch(ctx context.Context) error {
 			DeleteFunc: a.observeDelete,
 		}},
 		{&v1alpha1.ClusterQueue{}, a.schedulerHandler(
-			func(obj any) { a.sched.SetClusterQueue(obj.(*v1alpha1.ClusterQueue)) },
-			func(obj any) { a.sched.DeleteClusterQueue(obj.(*v1alpha1.ClusterQueue).Name) })},
+			func(obj any) {
+				cq := obj.(*v1alpha1.ClusterQueue)
+				a.sched.SetClusterQueue(cq)
+				a.setPolicy(cq.Name, cq)
+			},
+			func(obj any) {
+				name := obj.(*v1alpha1.ClusterQueue).Name
+				a.sched.DeleteClusterQueue(name)
+				a.setPolicy(name, nil)
+			})},
 		{&v1alpha1.LocalQueue{}, a.schedulerHandler(
 			func(obj any) { a.sched.SetLocalQueue(obj.(*v1alpha1.LocalQueue)) },
 			func(obj any) { a.sched.DeleteLocalQueue(client.ObjectKeyFromObject(obj.(*v1alpha1.LocalQueue))) })},
@@ -306,6 +324,7 @@ func (a *Admitter) record(wl *v1alpha1.Workload) {
 	}
 	a.releases.Enqueue(wl)
 	a.writer.WatchDeletion(key)
+	a.watchDeadline(wl)
 	a.triggerCycle()
 }
 
@@ -326,6 +345,9 @@ func (a *Admitter) Start(ctx context.Context) error {
 			a.sched.Observe(&list.Items[i])
 		}
 	}
+	if err := a.loadPolicies(ctx); err != nil {
+		return err
+	}
 	a.becomeLeader()
 	a.cfg.Log.Info("leading", "workloads", len(list.Items), "revision", a.cfg.Stream.Revision())
 	for _, wl := range a.store.List() {
@@ -333,6 +355,9 @@ func (a *Admitter) Start(ctx context.Context) error {
 			a.phase.Enqueue(workload.Key(wl))
 		}
 		a.writer.WatchDeletion(workload.Key(wl))
+		// Deadlines are read from the objects: every admitted workload's
+		// is computed again, and one that passed meanwhile acts at once.
+		a.watchDeadline(wl)
 	}
 	for i := range list.Items {
 		// Finished (retired) workloads may still owe Releases too.
@@ -348,6 +373,7 @@ func (a *Admitter) Start(ctx context.Context) error {
 	g.Go(func() error { a.writer.Run(ctx); return nil })
 	g.Go(func() error { a.prober.Run(ctx); return nil })
 	g.Go(func() error { a.reporter.Run(ctx); return nil })
+	g.Go(func() error { a.deadlines.Run(ctx); return nil })
 	err := g.Wait()
 	a.leading.Store(false)
 	return err

@@ -71,7 +71,7 @@ func (a *Admitter) syncDecision(wl *v1alpha1.Workload) {
 	if !a.leading.Load() {
 		return
 	}
-	d := decisionFor(wl)
+	d := a.withStartBy(decisionFor(wl), wl)
 	if d == nil {
 		d = &admitterv1.Decision{Workload: workload.Ref(wl), Action: admitterv1.Decision_ACTION_FORGET, Message: forgetMessage(wl)}
 	}
@@ -116,7 +116,7 @@ func (a *Admitter) becomeLeader() {
 	defer a.leaderMu.Unlock()
 	var inForce []*admitterv1.Decision
 	for _, wl := range a.store.List() {
-		if d := decisionFor(wl); d != nil {
+		if d := a.withStartBy(decisionFor(wl), wl); d != nil {
 			inForce = append(inForce, d)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -90,6 +91,7 @@ func (w *Writer) Release(ctx context.Context, orig, updated *v1alpha1.Workload, 
 	workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadAdmitted, metav1.ConditionFalse, ev.Reason, ev.Message, gen)
 	workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadEvicted, metav1.ConditionTrue, ev.Reason, ev.Message, gen)
 	resetChecks(wl, now)
+	meta.RemoveStatusCondition(&wl.Status.Conditions, v1alpha1.WorkloadPodsReady)
 	if ev.podsStopped && workload.PodGroup(wl) != "" {
 		setNoPods(wl)
 	}

@@ -5,10 +5,12 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
+	"github.com/sluice-dev/sluice/services/admitter/internal/startup"
 	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
 )
 
@@ -133,5 +135,40 @@ func TestRecordMissing(t *testing.T) {
 				t.Fatalf("condition %+v, want %s %q", c, tt.want, tt.message)
 			}
 		})
+	}
+}
+
+func TestRecordStarted(t *testing.T) {
+	admittedAt := metav1.NewTime(time.Now())
+	base := func(conds ...metav1.Condition) *v1alpha1.Workload {
+		return &v1alpha1.Workload{
+			Spec: v1alpha1.WorkloadSpec{PodSets: []v1alpha1.PodSet{{Name: "a", Count: 2}}},
+			Status: v1alpha1.WorkloadStatus{
+				Admission: &v1alpha1.Admission{ClusterQueue: "cq", ReservationID: "r1"},
+				Conditions: append([]metav1.Condition{{Type: v1alpha1.WorkloadAdmitted, Status: metav1.ConditionTrue,
+					LastTransitionTime: admittedAt}}, conds...),
+			},
+		}
+	}
+	scheduled := startup.Policy{Timeout: time.Minute, Condition: v1alpha1.PodsScheduled}
+	ready := startup.Policy{Timeout: time.Minute, Condition: v1alpha1.PodsReady}
+	all := startup.Counts{Scheduled: map[string]int32{"a": 2}, Ready: map[string]int32{"a": 1}}
+	tests := []struct {
+		name   string
+		wl     *v1alpha1.Workload
+		policy startup.Policy
+		want   bool
+	}{
+		{"every pod scheduled", base(), scheduled, true},
+		{"scheduled is not ready", base(), ready, false},
+		{"no deadline: no write", base(), startup.Policy{}, false},
+		{"evicted: a late report changes nothing", base(metav1.Condition{Type: v1alpha1.WorkloadEvicted, Status: metav1.ConditionTrue}), scheduled, false},
+	}
+	for _, tt := range tests {
+		w := New(Config{StartPolicy: func(string) startup.Policy { return tt.policy }})
+		w.recordStarted(tt.wl, all)
+		if got := meta.IsStatusConditionTrue(tt.wl.Status.Conditions, v1alpha1.WorkloadPodsReady); got != tt.want {
+			t.Errorf("%s: PodsReady=True %v, want %v", tt.name, got, tt.want)
+		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 	"github.com/sluice-dev/sluice/pkg/crashpoint"
 	"github.com/sluice-dev/sluice/services/admitter/internal/releases"
+	"github.com/sluice-dev/sluice/services/admitter/internal/startup"
 	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
 )
 
@@ -190,6 +191,9 @@ type Progress struct {
 	Missing map[string]int32
 	// NoPods says a pod group has no pod left.
 	NoPods bool
+	// Started, when not nil, counts the admitted pods that started (see
+	// recordStarted).
+	Started *startup.Counts
 }
 
 // maxReportAttempts bounds the retries of a progress write that lost a
@@ -228,6 +232,9 @@ func (w *Writer) reportOnce(ctx context.Context, key types.NamespacedName, p Pro
 	if p.Missing != nil && !workload.IsFinished(wl) {
 		recordMissing(wl, p.Missing)
 	}
+	if p.Started != nil {
+		w.recordStarted(wl, *p.Started)
+	}
 	finishing := p.Finished && !workload.IsFinished(wl)
 	if finishing {
 		reason, msg := v1alpha1.ReasonFailed, "the workload failed"
@@ -246,7 +253,7 @@ func (w *Writer) reportOnce(ctx context.Context, key types.NamespacedName, p Pro
 	switch {
 	case finishing:
 		crashpoint.Hit("admitter/finish")
-	case p.Succeeded != nil || p.Missing != nil:
+	case p.Succeeded != nil || p.Missing != nil || p.Started != nil:
 		crashpoint.Hit("admitter/progress")
 	}
 	if p.Stopped {

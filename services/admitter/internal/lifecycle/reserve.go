@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
@@ -46,6 +47,8 @@ func (w *Writer) Reserve(ctx context.Context, r scheduler.Reservation) error {
 		workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadEvicted, metav1.ConditionFalse, v1alpha1.ReasonQuotaReserved,
 			"Quota reserved again after the eviction", gen)
 	}
+	// A new reservation starts the pods afresh.
+	meta.RemoveStatusCondition(&wl.Status.Conditions, v1alpha1.WorkloadPodsReady)
 	wl.Status.AdmissionChecks = pendingChecks(orig, r.Checks, now)
 	wl.Status.PodSetInfos = nil
 	admitted := len(r.Checks) == 0

@@ -26,6 +26,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 	"github.com/sluice-dev/sluice/services/admitter/internal/metrics"
 	"github.com/sluice-dev/sluice/services/admitter/internal/releases"
+	"github.com/sluice-dev/sluice/services/admitter/internal/startup"
 	"github.com/sluice-dev/sluice/services/admitter/internal/store"
 )
 
@@ -56,6 +57,9 @@ type Config struct {
 	// Reserved is told of each reservation written, and whether it
 	// admitted the workload at once.
 	Reserved func(clusterQueue string, admitted bool)
+	// StartPolicy is the start-up deadline policy of a ClusterQueue; nil
+	// means no queue has a deadline.
+	StartPolicy func(clusterQueue string) startup.Policy
 }
 
 // Writer makes the admitter's Workload writes.
@@ -64,6 +68,7 @@ type Writer struct {
 	deletionQ workqueue.TypedRateLimitingInterface[types.NamespacedName]
 	stopped   *stoppedSet
 	messages  *messages
+	started   *startedReports
 }
 
 // New returns a Writer; its deletion and message workers start with Run.
@@ -77,12 +82,16 @@ func New(cfg Config) *Writer {
 	if cfg.Reserved == nil {
 		cfg.Reserved = func(string, bool) {}
 	}
+	if cfg.StartPolicy == nil {
+		cfg.StartPolicy = func(string) startup.Policy { return startup.Policy{} }
+	}
 	return &Writer{
 		cfg: cfg,
 		deletionQ: workqueue.NewTypedRateLimitingQueue(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[types.NamespacedName](100*time.Millisecond, 30*time.Second)),
 		stopped:  newStoppedSet(),
 		messages: newMessages(),
+		started:  newStartedReports(),
 	}
 }
 
@@ -102,6 +111,7 @@ func (w *Writer) Run(ctx context.Context) {
 func (w *Writer) Forget(key types.NamespacedName) {
 	w.stopped.forget(key)
 	w.messages.forget(key)
+	w.started.forget(key)
 }
 
 // unchanged returns the store's version of wl and whether it is still the

@@ -39,6 +39,9 @@ type Metrics struct {
 	SlowSubscribers prometheus.Counter
 	// WorkloadWrites counts API writes to Workloads, per operation.
 	WorkloadWrites *prometheus.CounterVec
+	// DeadlineEvictions counts workloads evicted (or deactivated) for
+	// missing their start-up deadline, per ClusterQueue.
+	DeadlineEvictions *prometheus.CounterVec
 }
 
 // New creates the collectors and registers them with reg. Collectors that
@@ -91,6 +94,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: namespace, Name: "workload_writes_total",
 			Help: "API writes to Workload objects, per operation.",
 		}, []string{"operation"}),
+		DeadlineEvictions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "pods_ready_timeout_evictions_total",
+			Help: "Workloads evicted or deactivated because their pods did not all start by the start-up deadline, per ClusterQueue.",
+		}, []string{"cluster_queue"}),
 	}
 	var err error
 	register := func(c prometheus.Collector) prometheus.Collector {
@@ -114,6 +121,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.DecisionsPublished = register(m.DecisionsPublished).(*prometheus.CounterVec)
 	m.SlowSubscribers = register(m.SlowSubscribers).(prometheus.Counter)
 	m.WorkloadWrites = register(m.WorkloadWrites).(*prometheus.CounterVec)
+	m.DeadlineEvictions = register(m.DeadlineEvictions).(*prometheus.CounterVec)
 	if err != nil {
 		return nil, fmt.Errorf("register admitter metrics: %w", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-dev/sluice/services/admitter/internal/controller"
 	"github.com/sluice-dev/sluice/services/admitter/internal/lifecycle"
 	"github.com/sluice-dev/sluice/services/admitter/internal/metrics"
+	"github.com/sluice-dev/sluice/services/admitter/internal/startup"
 	"github.com/sluice-dev/sluice/services/admitter/internal/stream"
 	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
 )
@@ -121,6 +122,13 @@ func (s *Server) ReportProgress(ctx context.Context, req *admitterv1.ReportProgr
 			p.Missing[name] = n
 		}
 	}
+	if st := req.GetStarted(); st != nil {
+		counts, err := startedCounts(st)
+		if err != nil {
+			return nil, err
+		}
+		p.Started = counts
+	}
 	if req.GetNoPods() {
 		if ref.GetUid() == "" {
 			return nil, status.Error(codes.InvalidArgument, "workload.uid is required with no_pods: the report must not end a later workload of the same name")
@@ -204,4 +212,16 @@ func toStatus(err error) error {
 	default:
 		return status.Error(codes.Internal, err.Error())
 	}
+}
+
+// startedCounts reads a Started report; a negative count is refused.
+func startedCounts(st *admitterv1.Started) (*startup.Counts, error) {
+	for field, counts := range map[string]map[string]int32{"scheduled": st.GetScheduled(), "ready": st.GetReady()} {
+		for name, n := range counts {
+			if n < 0 {
+				return nil, status.Errorf(codes.InvalidArgument, "started.%s[%q] %d: must not be negative", field, name, n)
+			}
+		}
+	}
+	return &startup.Counts{Scheduled: st.GetScheduled(), Ready: st.GetReady()}, nil
 }

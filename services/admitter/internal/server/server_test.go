@@ -77,6 +77,11 @@ func TestMalformedRequestsChangeNothing(t *testing.T) {
 			_, err := s.ReportProgress(context.Background(), &admitterv1.ReportProgressRequest{Workload: ref, SucceededPods: map[string]int32{"main": -1}})
 			return err
 		}, `succeeded_pods["main"]`},
+		{"negative started count", func() error {
+			_, err := s.ReportProgress(context.Background(), &admitterv1.ReportProgressRequest{Workload: ref,
+				Started: &admitterv1.Started{Scheduled: map[string]int32{"main": 1}, Ready: map[string]int32{"main": -1}}})
+			return err
+		}, `started.ready["main"]`},
 		{"no pods without a uid", func() error {
 			_, err := s.ReportProgress(context.Background(), &admitterv1.ReportProgressRequest{Workload: ref, NoPods: true})
 			return err

@@ -119,6 +119,7 @@ type Reconciler struct {
 	pods      *podStates
 	groups    *groupStates
 	stops     *stopReports
+	started   *startedReports
 	stopQ     workqueue.TypedRateLimitingInterface[workload.Key]
 	wake      chan event.TypedGenericEvent[*corev1.Pod]
 	now       func() time.Time
@@ -135,6 +136,7 @@ func New(opts Options) *Reconciler {
 		pods:      newPodStates(),
 		groups:    newGroupStates(),
 		stops:     newStopReports(),
+		started:   newStartedReports(),
 		stopQ: workqueue.NewTypedRateLimitingQueue(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[workload.Key](retryMin, retryMax)),
 		wake: make(chan event.TypedGenericEvent[*corev1.Pod], enqueueBuffer),
@@ -198,6 +200,7 @@ func (r *Reconciler) Snapshot(decisions []*admitterv1.Decision) {
 	}
 	r.decisions.replace(kept, r.now())
 	r.stops.reset()
+	r.started.reset()
 	r.pods.resubmitAll()
 	r.groups.resubmitAll()
 	r.opts.Log.V(1).Info("decision snapshot applied", "decisions", len(kept))
@@ -233,6 +236,7 @@ func (r *Reconciler) Changes(decisions []*admitterv1.Decision) {
 		if d.GetAction() == admitterv1.Decision_ACTION_FORGET {
 			r.decisions.forget(keyOf(d))
 			r.stops.forget(keyOf(d))
+			r.started.forget(keyOf(d))
 			r.groups.forget(keyOf(d))
 			r.wakeGated(keyOf(d))
 			continue
@@ -261,11 +265,16 @@ func (r *Reconciler) dispatch(d *admitterv1.Decision) {
 		r.opts.Log.Error(err, "list pods of workload", "workload", key.String())
 		return
 	}
+	wokeForStarted := false
 	for i := range pods.Items {
 		pod := &pods.Items[i]
 		if d.GetAction() == admitterv1.Decision_ACTION_ADMIT && r.alreadyUngated(pod) {
 			r.opts.Metrics.AlreadyUngated.Inc()
-			continue
+			if !hasDeadline(d) || wokeForStarted {
+				continue
+			}
+			// One pod reports the started counts of them all.
+			wokeForStarted = true
 		}
 		r.wake <- event.TypedGenericEvent[*corev1.Pod]{Object: pod}
 	}
@@ -324,7 +333,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	case hasDecision && action == admitterv1.Decision_ACTION_EVICT:
 		return r.evict(ctx, &pod, entry.decision, &st)
 	case !podpatch.HasGate(&pod) || st.ungated:
-		return reconcile.Result{}, nil
+		return r.reportStarted(ctx, key, entry, singlePodRole)
 	case hasDecision && action == admitterv1.Decision_ACTION_ADMIT:
 		return r.ungate(ctx, &pod, key, entry, &st)
 	default:
