@@ -333,7 +333,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	case hasDecision && action == admitterv1.Decision_ACTION_EVICT:
 		return r.evict(ctx, &pod, entry.decision, &st)
 	case !podpatch.HasGate(&pod) || st.ungated:
-		return r.reportStarted(ctx, key, entry, singlePodRole)
+		return r.reportStarted(ctx, key, entry, singlePodRoles)
 	case hasDecision && action == admitterv1.Decision_ACTION_ADMIT:
 		return r.ungate(ctx, &pod, key, entry, &st)
 	default:

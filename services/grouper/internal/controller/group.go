@@ -131,7 +131,7 @@ func (r *Reconciler) groupMember(ctx context.Context, pod *corev1.Pod, key workl
 	case ended || neverRan:
 		return r.groupProgress(ctx, pod, key, entry, hasDecision && action == admitterv1.Decision_ACTION_ADMIT)
 	case pod.DeletionTimestamp != nil || !podpatch.HasGate(pod) || st.ungated:
-		return r.reportStarted(ctx, key, entry, workload.RoleHash)
+		return r.reportStarted(ctx, key, entry, groupRoles)
 	case hasDecision && action == admitterv1.Decision_ACTION_ADMIT:
 		return r.ungateMember(ctx, pod, key, entry, st)
 	default:

@@ -71,8 +71,14 @@ func (s *startedReports) reset() {
 	s.m = map[workload.Key]startedReport{}
 }
 
-// singlePodRole names the only pod set of a single pod's workload.
-func singlePodRole(*corev1.Pod) (string, error) { return workload.SinglePodSetName, nil }
+// singlePodRoles names the only pod set of a single pod's workload.
+func singlePodRoles([]*corev1.Pod) func(*corev1.Pod) (string, error) {
+	return func(*corev1.Pod) (string, error) { return workload.SinglePodSetName, nil }
+}
+
+// groupRoles names the pod sets of a group's pods the way the group does
+// (by role hash, or by role label in a declared group).
+func groupRoles(pods []*corev1.Pod) func(*corev1.Pod) (string, error) { return group.RolesOf(pods).Of }
 
 // hasDeadline reports whether d admits with a start-up deadline: the
 // admitter then waits for started counts.
@@ -81,11 +87,12 @@ func hasDeadline(d *admitterv1.Decision) bool {
 }
 
 // reportStarted reports the started pods of an admission with a start-up
-// deadline, per pod set named by roleOf, when the counts changed since the
-// last report; nothing before any pod started, and nothing once a report
+// deadline, per pod set (rolesOf the workload's pods names each pod's),
+// when the counts changed since the last report; nothing before any pod started, and nothing once a report
 // that every pod is ready was taken (or the admitter dropped start_by:
 // it recorded that every pod started).
-func (r *Reconciler) reportStarted(ctx context.Context, key workload.Key, entry decisionEntry, roleOf func(*corev1.Pod) (string, error)) (reconcile.Result, error) {
+func (r *Reconciler) reportStarted(ctx context.Context, key workload.Key, entry decisionEntry,
+	rolesOf func([]*corev1.Pod) func(*corev1.Pod) (string, error)) (reconcile.Result, error) {
 	d := entry.decision
 	if !hasDeadline(d) {
 		return reconcile.Result{}, nil
@@ -94,7 +101,7 @@ func (r *Reconciler) reportStarted(ctx context.Context, key workload.Key, entry 
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	counts, err := group.CountStarted(d.GetWorkload().GetUid(), pods, roleOf)
+	counts, err := group.CountStarted(d.GetWorkload().GetUid(), pods, rolesOf(pods))
 	if err != nil {
 		return reconcile.Result{}, fmt.Errorf("count the started pods of workload %s: %w", key, err)
 	}
