@@ -118,6 +118,7 @@ type Reconciler struct {
 	decisions *decisionStore
 	pods      *podStates
 	groups    *groupStates
+	gangs     *gangs
 	stops     *stopReports
 	stopQ     workqueue.TypedRateLimitingInterface[workload.Key]
 	wake      chan event.TypedGenericEvent[*corev1.Pod]
@@ -134,6 +135,7 @@ func New(opts Options) *Reconciler {
 		decisions: newDecisionStore(),
 		pods:      newPodStates(),
 		groups:    newGroupStates(),
+		gangs:     newGangs(),
 		stops:     newStopReports(),
 		stopQ: workqueue.NewTypedRateLimitingQueue(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[workload.Key](retryMin, retryMax)),
@@ -234,6 +236,7 @@ func (r *Reconciler) Changes(decisions []*admitterv1.Decision) {
 			r.decisions.forget(keyOf(d))
 			r.stops.forget(keyOf(d))
 			r.groups.forget(keyOf(d))
+			r.gangs.forget(keyOf(d))
 			r.wakeGated(keyOf(d))
 			continue
 		}

@@ -282,6 +282,15 @@ func (r *Reconciler) ungateMember(ctx context.Context, pod *corev1.Pod, key work
 	if err := r.reportState(ctx, key, ref, state); err != nil {
 		return reconcile.Result{}, err
 	}
+	// The scheduler's gang comes first: a pod ungated before its
+	// PodGroup exists waits in the scheduler for it anyway.
+	ready, err := r.ensureGang(ctx, pod, key, ref.GetUid(), pods)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if !ready {
+		return reconcile.Result{RequeueAfter: staleGangRecheck}, nil
+	}
 	hash, err := workload.RoleHash(pod)
 	if err == nil {
 		var info *sluicev1.PodSetInfo
