@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1alpha2 "k8s.io/api/scheduling/v1alpha2"
@@ -18,14 +17,15 @@ import (
 	"github.com/sluice-dev/sluice/services/grouper/internal/workload"
 )
 
-// ReasonGangPending is the event reason when a group's PodGroup cannot be
-// put in place yet.
-const ReasonGangPending = "GangPending"
-
-// staleGangRecheck is how soon a group whose name still carries the
-// PodGroup of an earlier run looks again: garbage collection removes it
-// within moments of that run's Workload going.
-const staleGangRecheck = time.Second
+// Event reasons of a group's gang, emitted once per group and message.
+const (
+	// ReasonGangPending: the group's PodGroup cannot be created yet; the
+	// pods stay gated.
+	ReasonGangPending = "GangPending"
+	// ReasonGangOfEarlierRun: the group's name still holds the PodGroup of
+	// an earlier run with another gang size, which this run uses.
+	ReasonGangOfEarlierRun = "GangOfEarlierRun"
+)
 
 // gangs remembers, per group, the Workload uid whose PodGroup is in
 // place, so that a group costs one PodGroup write and not one per pod. It
@@ -63,64 +63,83 @@ func (g *gangs) forget(k workload.Key) {
 }
 
 // ensureGang puts the group's PodGroup in place before pod is ungated,
-// when the pod asks for a gang (see gang.MinCount). ready false means the
-// pod must stay gated for now: the pods' PodGroup name still holds an
-// earlier run's PodGroup, which garbage collection is removing.
-func (r *Reconciler) ensureGang(ctx context.Context, pod *corev1.Pod, key workload.Key, uid string, pods []*corev1.Pod) (ready bool, err error) {
+// when the pod asks for a gang (see gang.MinCount). An error leaves the
+// pod gated: ungated, it would only wait in the scheduler for a PodGroup
+// that is not there.
+func (r *Reconciler) ensureGang(ctx context.Context, pod *corev1.Pod, key workload.Key, uid string, pods []*corev1.Pod) error {
 	minCount, ok := gang.MinCount(pod, key.Name)
 	if !ok {
-		return true, nil
+		return nil
 	}
 	if uid == "" {
-		return false, fmt.Errorf("admission of group %s names no Workload uid: the PodGroup's owner needs it", key)
+		return fmt.Errorf("admission of group %s names no Workload uid: the PodGroup's owner needs it", key)
 	}
 	owner := gang.Owner{Name: key.Name, UID: types.UID(uid)}
 	st := r.gangs.state(key)
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.ready == owner.UID {
-		return true, nil
+		return nil
 	}
-	standing, err := r.createPodGroup(ctx, key, minCount, owner)
+	existing, err := r.createPodGroup(ctx, key, minCount, owner)
 	if err != nil {
 		r.opts.Metrics.PodGroups.WithLabelValues(metrics.ResultError).Inc()
 		r.warnGroup(key, pods, ReasonGangPending, fmt.Sprintf("creating the PodGroup of group %s failed, retrying: %v", key, err))
-		return false, err
+		return err
 	}
-	r.opts.Metrics.PodGroups.WithLabelValues(standing).Inc()
-	log := r.opts.Log.WithValues("group", key.String(), "workloadUID", uid)
-	switch standing {
-	case gang.Stale.String():
-		log.V(1).Info("PodGroup of an earlier run still there; waiting for garbage collection")
-		r.warnGroup(key, pods, ReasonGangPending, fmt.Sprintf(
-			"PodGroup %s belongs to an earlier run of the group; the pods stay gated until garbage collection removes it", key))
-		return false, nil
-	case gang.Foreign.String():
-		log.Info("PodGroup of the group's name was not created by sluice; the pods use it as it is")
-	default:
-		log.V(1).Info("PodGroup in place", "minCount", minCount, "result", standing)
+	log := r.opts.Log.WithValues("group", key.String(), "workloadUID", uid, "minCount", minCount)
+	if existing == nil {
+		r.opts.Metrics.PodGroups.WithLabelValues(metrics.ResultCreated).Inc()
+		log.V(1).Info("PodGroup created")
+	} else {
+		r.foundPodGroup(key, pods, existing, owner, minCount)
 	}
 	st.ready = owner.UID
-	return true, nil
+	return nil
 }
 
-// createPodGroup creates the group's PodGroup and returns the result as a
-// metric label: created, or the standing of the one found under its name.
-func (r *Reconciler) createPodGroup(ctx context.Context, key workload.Key, minCount int32, owner gang.Owner) (string, error) {
+// foundPodGroup accounts for a PodGroup that already held the group's
+// name. The run's own (found again after a restart) is in place. Any
+// other is used as it is: one sluice did not make is someone's choice,
+// and an earlier run's cannot be replaced while the run's pods name it —
+// kube-controller-manager deletes it only once no active pod does.
+func (r *Reconciler) foundPodGroup(key workload.Key, pods []*corev1.Pod, existing *schedulingv1alpha2.PodGroup, owner gang.Owner, minCount int32) {
+	standing := gang.StandingOf(existing, owner)
+	r.opts.Metrics.PodGroups.WithLabelValues(standing.String()).Inc()
+	log := r.opts.Log.WithValues("group", key.String(), "workloadUID", owner.UID, "minCount", minCount,
+		"existingMinCount", gang.MinCountOf(existing))
+	switch standing {
+	case gang.Current:
+		log.V(1).Info("PodGroup in place")
+	case gang.Foreign:
+		log.Info("a PodGroup sluice did not create holds the group's name; the pods use it as it is")
+	case gang.Earlier:
+		log.Info("the PodGroup of an earlier run holds the group's name; this run uses it until it goes")
+		if got := gang.MinCountOf(existing); got != minCount {
+			r.warnGroup(key, pods, ReasonGangOfEarlierRun, fmt.Sprintf(
+				"group %s runs with the PodGroup of an earlier run, whose gang minCount is %d, not this run's %d: it goes once no pod of the group is active",
+				key, got, minCount))
+		}
+	}
+}
+
+// createPodGroup creates the group's PodGroup. When the name is taken it
+// returns the PodGroup holding it.
+func (r *Reconciler) createPodGroup(ctx context.Context, key workload.Key, minCount int32, owner gang.Owner) (*schedulingv1alpha2.PodGroup, error) {
 	pg := gang.PodGroup(key.Namespace, key.Name, minCount, owner)
 	err := r.opts.Client.Create(ctx, pg)
 	if err == nil {
 		crashpoint.Hit("grouper/podgroup")
-		return metrics.ResultCreated, nil
+		return nil, nil
 	}
 	if !apierrors.IsAlreadyExists(err) {
-		return "", fmt.Errorf("create PodGroup %s: %w", key, err)
+		return nil, fmt.Errorf("create PodGroup %s: %w", key, err)
 	}
 	// Rare (a restart, or a name used again): one read from the API
 	// server rather than a cache of every PodGroup in the cluster.
 	existing := &schedulingv1alpha2.PodGroup{}
 	if err := r.opts.APIReader.Get(ctx, client.ObjectKeyFromObject(pg), existing); err != nil {
-		return "", fmt.Errorf("read existing PodGroup %s: %w", key, err)
+		return nil, fmt.Errorf("read existing PodGroup %s: %w", key, err)
 	}
-	return gang.StandingOf(existing, owner).String(), nil
+	return existing, nil
 }

@@ -284,12 +284,8 @@ func (r *Reconciler) ungateMember(ctx context.Context, pod *corev1.Pod, key work
 	}
 	// The scheduler's gang comes first: a pod ungated before its
 	// PodGroup exists waits in the scheduler for it anyway.
-	ready, err := r.ensureGang(ctx, pod, key, ref.GetUid(), pods)
-	if err != nil {
+	if err := r.ensureGang(ctx, pod, key, ref.GetUid(), pods); err != nil {
 		return reconcile.Result{}, err
-	}
-	if !ready {
-		return reconcile.Result{RequeueAfter: staleGangRecheck}, nil
 	}
 	hash, err := workload.RoleHash(pod)
 	if err == nil {

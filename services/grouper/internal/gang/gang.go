@@ -81,10 +81,11 @@ type Standing int
 const (
 	// Current: owned by the run's Workload; the gang is in place.
 	Current Standing = iota
-	// Stale: owned by another sluice Workload of that name (an earlier
-	// run, now deleted) or being deleted: garbage collection removes it,
-	// and the run's PodGroup can be created after that.
-	Stale
+	// Earlier: owned by another sluice Workload of that name (an earlier
+	// run, now deleted) or being deleted. It cannot be replaced while the
+	// run's pods name it (kube-controller-manager keeps a PodGroup that
+	// active pods name), so the run uses it until it goes.
+	Earlier
 	// Foreign: not owned by a sluice Workload. Someone else made it; the
 	// pods use it as it is.
 	Foreign
@@ -95,8 +96,8 @@ func (s Standing) String() string {
 	switch s {
 	case Current:
 		return "existing"
-	case Stale:
-		return "stale"
+	case Earlier:
+		return "earlier"
 	default:
 		return "foreign"
 	}
@@ -105,7 +106,7 @@ func (s Standing) String() string {
 // StandingOf classifies existing against the run's Workload.
 func StandingOf(existing *schedulingv1alpha2.PodGroup, owner Owner) Standing {
 	if existing.DeletionTimestamp != nil {
-		return Stale
+		return Earlier
 	}
 	standing := Foreign
 	for _, ref := range existing.OwnerReferences {
@@ -115,7 +116,15 @@ func StandingOf(existing *schedulingv1alpha2.PodGroup, owner Owner) Standing {
 		if ref.UID == owner.UID {
 			return Current
 		}
-		standing = Stale
+		standing = Earlier
 	}
 	return standing
+}
+
+// MinCountOf is the gang size of pg; 0 when it is no gang.
+func MinCountOf(pg *schedulingv1alpha2.PodGroup) int32 {
+	if g := pg.Spec.SchedulingPolicy.Gang; g != nil {
+		return g.MinCount
+	}
+	return 0
 }

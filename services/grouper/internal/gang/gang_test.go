@@ -92,8 +92,8 @@ func TestStandingOf(t *testing.T) {
 		want Standing
 	}{
 		{"owned by the run's Workload", PodGroup("ns", "train", 3, owner), Current},
-		{"owned by an earlier run's Workload", owned("sluice.dev/v1alpha1", "Workload", "train", "old"), Stale},
-		{"the run's, but being deleted", deleting, Stale},
+		{"owned by an earlier run's Workload", owned("sluice.dev/v1alpha1", "Workload", "train", "old"), Earlier},
+		{"the run's, but being deleted", deleting, Earlier},
 		{"made by someone else", noOwner, Foreign},
 		{"owned by another kind of the same name", owned("batch/v1", "Job", "train", "new"), Foreign},
 		{"owned by another Workload", owned("sluice.dev/v1alpha1", "Workload", "other", "new"), Foreign},

@@ -44,7 +44,7 @@ type Metrics struct {
 	// FinalizersRemoved counts pods released from sluice's finalizer.
 	FinalizersRemoved prometheus.Counter
 	// PodGroups counts the scheduler PodGroups the grouper made sure of
-	// for KEP-976 groups, by result (created, existing, stale, foreign,
+	// for KEP-976 groups, by result (created, existing, earlier, foreign,
 	// error).
 	PodGroups *prometheus.CounterVec
 }
@@ -101,7 +101,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	m.PodGroups = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_grouper_podgroups_total",
-		Help: "Scheduler PodGroups ensured for pod groups before ungating, by result (created; existing: one of this run was there; stale: one of an earlier run waits for garbage collection; foreign: one sluice did not create is used as it is; error).",
+		Help: "Scheduler PodGroups ensured for pod groups before ungating, by result (created; existing: this run's was there; earlier: an earlier run's is used until it goes; foreign: one sluice did not create is used as it is; error).",
 	}, []string{"result"})
 	for _, c := range []prometheus.Collector{
 		m.Submissions, m.Reports, m.PodsUngated, m.UngateErrors, m.DecisionToUngate, m.AdmissionToUngate,
