@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1alpha2 "k8s.io/api/scheduling/v1alpha2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -25,9 +26,10 @@ const gangNodeKey = "sluice.dev/e2e-gang"
 // TestGangBindsAllOrNothing: a KEP-976 group of three, admitted by quota,
 // gets a PodGroup with a gang of three owned by its Workload. While the
 // nodes it may use fit only two of its pods, none binds; once another
-// node fits the third, all three bind. When the group has finished and
-// its pods are gone its Workload goes, and garbage collection takes the
-// PodGroup with it.
+// node fits the third, all three bind. Evicted and readmitted, the pods
+// created again bind as a gang through the same PodGroup. When the group
+// has finished and its pods are gone its Workload goes, and garbage
+// collection takes the PodGroup with it.
 func TestGangBindsAllOrNothing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -35,17 +37,7 @@ func TestGangBindsAllOrNothing(t *testing.T) {
 	createQueues(ctx, t, ns, "gang", "3") // room for the whole group
 	createGangNode(ctx, t, ns+"-a", ns, "2")
 
-	var pods []*corev1.Pod
-	for i := range 3 {
-		p := groupPod(ns, "trio", fmt.Sprintf("rank-%d", i), "1", 3, map[string]string{"kwok.sluice.dev/run-for": "1s"})
-		p.Spec.NodeSelector = map[string]string{gangNodeKey: ns}
-		p.Spec.Tolerations = []corev1.Toleration{{Key: gangNodeKey, Operator: corev1.TolerationOpEqual, Value: ns, Effect: corev1.TaintEffectNoSchedule}}
-		mustCreate(ctx, t, p)
-		if sg := p.Spec.SchedulingGroup; sg == nil || sg.PodGroupName == nil || *sg.PodGroupName != "trio" {
-			t.Fatalf("pod %s stored with spec.schedulingGroup %+v, want podGroupName trio", p.Name, sg)
-		}
-		pods = append(pods, p)
-	}
+	pods := createGangPods(ctx, t, ns, "rank", "10m")
 	wl := waitWorkloadOf(ctx, t, pods[0], "admitted", func(w *sluicev1alpha1.Workload) bool {
 		return w.Status.Admission != nil
 	})
@@ -96,14 +88,24 @@ func TestGangBindsAllOrNothing(t *testing.T) {
 
 	// Room for the third pod: the whole gang binds.
 	createGangNode(ctx, t, ns+"-b", ns, "2")
-	waitPods(ctx, t, pods, "bound", func(ps []*corev1.Pod) (bool, error) {
-		for _, p := range ps {
-			if p.Spec.NodeName == "" {
-				return false, nil
-			}
-		}
-		return true, nil
+	waitPods(ctx, t, pods, "bound", allBound)
+
+	// Evicted, its pods are deleted and created again; readmitted, the
+	// new pods bind as a gang through the same PodGroup.
+	setActive(ctx, t, wl, false)
+	for _, p := range pods {
+		waitDeleted(ctx, t, p)
+	}
+	pods = createGangPods(ctx, t, ns, "again", "1s")
+	waitWorkloadOf(ctx, t, pods[0], "no longer waiting for its pods", func(w *sluicev1alpha1.Workload) bool {
+		return meta.IsStatusConditionFalse(w.Status.Conditions, sluicev1alpha1.WorkloadWaitingForReplacementPods)
 	})
+	setActive(ctx, t, wl, true)
+	waitPods(ctx, t, pods, "bound after readmission", allBound)
+	var again schedulingv1alpha2.PodGroup
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(pg), &again); err != nil || again.UID != pg.UID {
+		t.Errorf("PodGroup after the eviction: uid %s, %v; want the same PodGroup (uid %s)", again.UID, err, pg.UID)
+	}
 
 	// The group finishes, its pods go, then its Workload, and garbage
 	// collection takes the PodGroup with it.
@@ -120,6 +122,33 @@ func TestGangBindsAllOrNothing(t *testing.T) {
 	if err := e2eutil.WaitGone(ctx, k8s, pg, time.Minute); err != nil {
 		t.Fatalf("PodGroup after its Workload went: %v", err)
 	}
+}
+
+// createGangPods creates the three pods of group trio, for the gang
+// test's nodes only, running for runFor once bound.
+func createGangPods(ctx context.Context, t *testing.T, ns, prefix, runFor string) []*corev1.Pod {
+	t.Helper()
+	var pods []*corev1.Pod
+	for i := range 3 {
+		p := groupPod(ns, "trio", fmt.Sprintf("%s-%d", prefix, i), "1", 3, map[string]string{"kwok.sluice.dev/run-for": runFor})
+		p.Spec.NodeSelector = map[string]string{gangNodeKey: ns}
+		p.Spec.Tolerations = []corev1.Toleration{{Key: gangNodeKey, Operator: corev1.TolerationOpEqual, Value: ns, Effect: corev1.TaintEffectNoSchedule}}
+		mustCreate(ctx, t, p)
+		if sg := p.Spec.SchedulingGroup; sg == nil || sg.PodGroupName == nil || *sg.PodGroupName != "trio" {
+			t.Fatalf("pod %s stored with spec.schedulingGroup %+v, want podGroupName trio", p.Name, sg)
+		}
+		pods = append(pods, p)
+	}
+	return pods
+}
+
+func allBound(pods []*corev1.Pod) (bool, error) {
+	for _, p := range pods {
+		if p.Spec.NodeName == "" {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // createGangNode creates a kwok node for the gang test's pods only,
