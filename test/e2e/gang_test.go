@@ -17,6 +17,7 @@ import (
 
 	sluicev1alpha1 "github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 	"github.com/sluice-dev/sluice/test/e2e/e2eutil"
+	"github.com/sluice-dev/sluice/test/testenv"
 )
 
 // gangNodeKey labels and taints the kwok nodes of the gang test, so only
@@ -37,6 +38,10 @@ func TestGangBindsAllOrNothing(t *testing.T) {
 	createQueues(ctx, t, ns, "gang", "3") // room for the whole group
 	createGangNode(ctx, t, ns+"-a", ns, "2")
 
+	before, err := env.RequestCounts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	pods := createGangPods(ctx, t, ns, "rank", "10m")
 	wl := waitWorkloadOf(ctx, t, pods[0], "admitted", func(w *sluicev1alpha1.Workload) bool {
 		return w.Status.Admission != nil
@@ -73,7 +78,7 @@ func TestGangBindsAllOrNothing(t *testing.T) {
 		return refused, nil
 	})
 	// And none binds for a while.
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Second, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Second, true, func(ctx context.Context) (bool, error) {
 		for _, p := range pods {
 			var cur corev1.Pod
 			if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), &cur); err == nil && cur.Spec.NodeName != "" {
@@ -89,6 +94,13 @@ func TestGangBindsAllOrNothing(t *testing.T) {
 	// Room for the third pod: the whole gang binds.
 	createGangNode(ctx, t, ns+"-b", ns, "2")
 	waitPods(ctx, t, pods, "bound", allBound)
+	after, err := env.RequestCounts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := podGroupCreates(after, before); n != 1 {
+		t.Errorf("%d PodGroup creates were sent for the group's three pods, want 1", n)
+	}
 
 	// Evicted, its pods are deleted and created again; readmitted, the
 	// new pods bind as a gang through the same PodGroup.
@@ -197,4 +209,16 @@ func waitPods(ctx context.Context, t *testing.T, pods []*corev1.Pod, what string
 	if err != nil {
 		t.Fatalf("pods never %s: %v (last read: %v); logs in %s", what, err, last, env.Dir)
 	}
+}
+
+// podGroupCreates counts the PodGroup creates sent (whatever their
+// answer) between two snapshots of the API server's request counters.
+func podGroupCreates(after, before []testenv.RequestCount) int {
+	n := 0
+	for _, rc := range testenv.SubtractCounts(after, before) {
+		if rc.Group == "scheduling.k8s.io" && rc.Resource == "podgroups" && rc.Verb == "POST" {
+			n += int(rc.Count)
+		}
+	}
+	return n
 }
