@@ -45,8 +45,7 @@ func TestMain(m *testing.M) {
 			debug := []string{"--log-level", "debug"}
 			sluice, err = harness.Start(ctx, e, harness.Options{
 				Tags: []string{"sluice_crashpoints"},
-				// The webhook gives groups a scheduler gang, as in `make run`.
-				Args: map[string][]string{"admitter": debug, "grouper": debug, "webhook": {"--gang-scheduling"}},
+				Args: map[string][]string{"admitter": debug, "grouper": debug},
 			})
 			if err != nil {
 				return err
