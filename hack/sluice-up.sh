@@ -59,7 +59,9 @@ echo "starting sluice:"
 start admitter 127.0.0.1:8083 --kubeconfig "${KUBECONFIG}" --grpc-addr 127.0.0.1:9090 --namespace sluice-system
 start checks 127.0.0.1:8084 --grpc-addr 127.0.0.1:9091
 start grouper 127.0.0.1:8082 --kubeconfig "${KUBECONFIG}" --admitter-addr 127.0.0.1:9090
-start webhook 127.0.0.1:8081 --kubeconfig "${KUBECONFIG}" --self-register --webhook-port 9443 --unregister-on-exit --cert-dir "${local_dir}/webhook-certs"
+# The local control plane runs the GenericWorkload and GangScheduling
+# feature gates, so KEP-976 groups get a scheduler gang here.
+start webhook 127.0.0.1:8081 --kubeconfig "${KUBECONFIG}" --self-register --webhook-port 9443 --unregister-on-exit --cert-dir "${local_dir}/webhook-certs" --gang-scheduling
 for s in admitter:127.0.0.1:8083 checks:127.0.0.1:8084 grouper:127.0.0.1:8082 webhook:127.0.0.1:8081; do
 	wait_ready "${s%%:*}" "${s#*:}"
 done

@@ -49,6 +49,7 @@ func run() error {
 	fs.StringVar(&cfg.ConfigName, "webhook-config-name", "sluice-webhook", "name of the MutatingWebhookConfiguration and ValidatingWebhookConfiguration")
 	fs.StringVar(&cfg.SystemNamespace, "system-namespace", "sluice-system", "namespace sluice runs in: never managed, and its service accounts skip validation")
 	fs.StringVar(&cfg.ManagedNamespaces, "managed-namespaces", "", "label selector of the namespaces whose pods sluice manages (default: kubernetes.io/metadata.name notin (kube-system,<system-namespace>))")
+	fs.BoolVar(&cfg.GangScheduling, "gang-scheduling", false, "set spec.schedulingGroup.podGroupName to the group's name on the pods of KEP-976 groups with a total-count annotation, so kube-scheduler binds each group all-or-nothing through the PodGroup the grouper creates (needs Kubernetes 1.36 with the GenericWorkload and GangScheduling feature gates)")
 	fs.DurationVar(&cfg.ShutdownDelay, "shutdown-delay", 5*time.Second, "keep serving, not ready, this long after SIGTERM before stopping")
 	flag.Parse()
 
@@ -60,7 +61,7 @@ func run() error {
 		}
 		cfg.HTTPAddr = sf.HTTPAddr
 		cfg.Pprof = sf.Pprof
-		log.Info("starting", "version", version, "selfRegister", cfg.SelfRegister, "webhookPort", cfg.WebhookPort)
+		log.Info("starting", "version", version, "selfRegister", cfg.SelfRegister, "webhookPort", cfg.WebhookPort, "gangScheduling", cfg.GangScheduling)
 		return app.Run(ctx, log, cfg)
 	})
 }

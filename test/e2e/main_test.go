@@ -29,7 +29,13 @@ func TestMain(m *testing.M) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			var err error
-			if sluice, err = harness.Start(ctx, e, harness.Options{BinDir: os.Getenv("SLUICE_SERVICES_BIN")}); err != nil {
+			// As in `make run`: KEP-976 groups get a scheduler gang, so
+			// every group test also binds through a PodGroup.
+			opts := harness.Options{
+				BinDir: os.Getenv("SLUICE_SERVICES_BIN"),
+				Args:   map[string][]string{"webhook": {"--gang-scheduling"}},
+			}
+			if sluice, err = harness.Start(ctx, e, opts); err != nil {
 				return err
 			}
 			scheme, err := kube.Scheme()

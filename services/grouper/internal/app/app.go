@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1alpha2 "k8s.io/api/scheduling/v1alpha2"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -166,6 +167,11 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 func newManager(cfg *rest.Config, log logr.Logger) (manager.Manager, error) {
 	scheme := runtime.NewScheme()
 	if err := corev1.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("build scheme: %w", err)
+	}
+	// PodGroups are created and, rarely, read straight from the API
+	// server: the cache never watches them.
+	if err := schedulingv1alpha2.AddToScheme(scheme); err != nil {
 		return nil, fmt.Errorf("build scheme: %w", err)
 	}
 	managed := labels.SelectorFromSet(labels.Set{podkeys.ManagedLabel: podkeys.ManagedLabelValue})

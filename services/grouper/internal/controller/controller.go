@@ -118,6 +118,7 @@ type Reconciler struct {
 	decisions *decisionStore
 	pods      *podStates
 	groups    *groupStates
+	gangs     *gangs
 	stops     *stopReports
 	started   *startedReports
 	stopQ     workqueue.TypedRateLimitingInterface[workload.Key]
@@ -135,6 +136,7 @@ func New(opts Options) *Reconciler {
 		decisions: newDecisionStore(),
 		pods:      newPodStates(),
 		groups:    newGroupStates(),
+		gangs:     newGangs(),
 		stops:     newStopReports(),
 		started:   newStartedReports(),
 		stopQ: workqueue.NewTypedRateLimitingQueue(
@@ -238,6 +240,7 @@ func (r *Reconciler) Changes(decisions []*admitterv1.Decision) {
 			r.stops.forget(keyOf(d))
 			r.started.forget(keyOf(d))
 			r.groups.forget(keyOf(d))
+			r.gangs.forget(keyOf(d))
 			r.wakeGated(keyOf(d))
 			continue
 		}

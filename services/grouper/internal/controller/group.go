@@ -327,32 +327,53 @@ func (r *Reconciler) ungateMember(ctx context.Context, pod *corev1.Pod, key work
 		return reconcile.Result{}, err
 	}
 	role, err := state.Roles.Of(pod)
-	if err == nil && state.Roles.Declared {
-		refused, jerr := r.join(ctx, key, ref, pod, role)
-		switch {
-		case jerr != nil:
-			return reconcile.Result{}, jerr
-		case refused != "":
-			if _, err := r.deleteGroupPods(ctx, key, []*corev1.Pod{pod}); err != nil {
-				return reconcile.Result{}, err
-			}
-			r.warn(firstByName(pods), ReasonJoinRefused, actionUngate, "group %s: deleted pod %s: it cannot join pod set %s: %s",
-				key.Name, pod.Name, role, refused)
-			return reconcile.Result{}, nil
+	if err != nil {
+		return r.cannotApply(pod, key, err)
+	}
+	if state.Roles.Declared {
+		joined, err := r.joinOrDelete(ctx, key, ref, pods, pod, role)
+		if err != nil || !joined {
+			return reconcile.Result{}, err
 		}
 	}
-	if err == nil {
-		var info *sluicev1.PodSetInfo
-		if info, err = podSetInfoFor(entry.decision, role); err == nil {
-			var patch []byte
-			if patch, err = podpatch.Ungate(pod, info, ref); err == nil {
-				return r.sendUngate(ctx, pod, key, entry, st, patch)
-			}
-		}
+	// The scheduler's gang comes first: a pod ungated before its
+	// PodGroup exists waits in the scheduler for it anyway.
+	if err := r.ensureGang(ctx, pod, key, ref.GetUid(), pods); err != nil {
+		return reconcile.Result{}, err
 	}
+	info, err := podSetInfoFor(entry.decision, role)
+	if err != nil {
+		return r.cannotApply(pod, key, err)
+	}
+	patch, err := podpatch.Ungate(pod, info, ref)
+	if err != nil {
+		return r.cannotApply(pod, key, err)
+	}
+	return r.sendUngate(ctx, pod, key, entry, st, patch)
+}
+
+// cannotApply tells that the group's admission cannot be applied to pod as
+// it is; only a new decision (or a changed pod) can help.
+func (r *Reconciler) cannotApply(pod *corev1.Pod, key workload.Key, err error) (reconcile.Result, error) {
 	r.opts.Metrics.UngateErrors.Inc()
 	r.warn(pod, ReasonAdmissionInvalid, actionUngate, "admission of group %s cannot be applied to this pod: %v", key.Name, err)
 	return reconcile.Result{RequeueAfter: recheckAfter}, nil
+}
+
+// joinOrDelete lets a worker of a declared group join its pod set, or
+// deletes it, with a warning for the group, when the admitter refuses it.
+func (r *Reconciler) joinOrDelete(ctx context.Context, key workload.Key, ref *sluicev1.WorkloadRef, pods []*corev1.Pod,
+	pod *corev1.Pod, role string) (joined bool, err error) {
+	refused, err := r.join(ctx, key, ref, pod, role)
+	if err != nil || refused == "" {
+		return err == nil, err
+	}
+	if _, err := r.deleteGroupPods(ctx, key, []*corev1.Pod{pod}); err != nil {
+		return false, err
+	}
+	r.warn(firstByName(pods), ReasonJoinRefused, actionUngate, "group %s: deleted pod %s: it cannot join pod set %s: %s",
+		key.Name, pod.Name, role, refused)
+	return false, nil
 }
 
 // join asks the admitter whether a pod of a declared group, created after

@@ -43,6 +43,10 @@ type Metrics struct {
 	PodsEvicted prometheus.Counter
 	// FinalizersRemoved counts pods released from sluice's finalizer.
 	FinalizersRemoved prometheus.Counter
+	// PodGroups counts the scheduler PodGroups the grouper made sure of
+	// for KEP-976 groups, by result (created, existing, earlier, foreign,
+	// error).
+	PodGroups *prometheus.CounterVec
 }
 
 // New creates the metrics and registers them on reg.
@@ -95,9 +99,13 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Pods released from sluice's finalizer.",
 		}),
 	}
+	m.PodGroups = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_grouper_podgroups_total",
+		Help: "Scheduler PodGroups ensured for pod groups before ungating, by result (created; existing: this run's was there; earlier: an earlier run's is used until it goes; foreign: one sluice did not create is used as it is; error).",
+	}, []string{"result"})
 	for _, c := range []prometheus.Collector{
 		m.Submissions, m.Reports, m.PodsUngated, m.UngateErrors, m.DecisionToUngate, m.AdmissionToUngate,
-		m.AlreadyUngated, m.Decisions, m.StreamConnects, m.PodsEvicted, m.FinalizersRemoved,
+		m.AlreadyUngated, m.Decisions, m.StreamConnects, m.PodsEvicted, m.FinalizersRemoved, m.PodGroups,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register grouper metrics: %w", err)

@@ -71,6 +71,10 @@ type Config struct {
 	// ManagedNamespaces is a label selector over namespaces; empty means
 	// every namespace but kube-system and SystemNamespace.
 	ManagedNamespaces string
+	// GangScheduling sets spec.schedulingGroup on the pods of KEP-976
+	// groups created beforehand, naming the PodGroup the grouper creates
+	// for the group.
+	GangScheduling bool
 	// ShutdownDelay keeps serving, reporting not ready, this long after the
 	// stop signal so the Service stops routing to this replica first.
 	ShutdownDelay time.Duration
@@ -121,7 +125,8 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 		DefaultQueue: mutate.DefaultQueue,
 		Log:          log.WithName("lookup"),
 	})
-	mutator, err := handler.NewMutator(caches, m, otel.Tracer(TracerName), otel.GetTextMapPropagator())
+	mutator, err := handler.NewMutator(caches, m, otel.Tracer(TracerName), otel.GetTextMapPropagator(),
+		handler.WithGangScheduling(cfg.GangScheduling))
 	if err != nil {
 		return err
 	}

@@ -60,6 +60,8 @@ func newDecoder() (admission.Decoder, error) {
 
 // Mutator marks new pods that sluice queues.
 type Mutator struct {
+	// gang links the pods of KEP-976 groups to their group's PodGroup.
+	gang       bool
 	lookup     Lookup
 	metrics    *metrics.Metrics
 	tracer     trace.Tracer
@@ -67,14 +69,29 @@ type Mutator struct {
 	decoder    admission.Decoder
 }
 
+// MutatorOption tunes a Mutator.
+type MutatorOption func(*Mutator)
+
+// WithGangScheduling makes the Mutator set spec.schedulingGroup on the
+// pods of KEP-976 groups created beforehand (see mutate.SchedulingGroup),
+// so that kube-scheduler binds each such group all-or-nothing through the
+// PodGroup the grouper creates for it.
+func WithGangScheduling(on bool) MutatorOption {
+	return func(m *Mutator) { m.gang = on }
+}
+
 // NewMutator returns the mutating handler. The tracer and propagator are
 // normally otel's globals, set up by pkg/telemetry.
-func NewMutator(l Lookup, m *metrics.Metrics, tracer trace.Tracer, propagator propagation.TextMapPropagator) (*Mutator, error) {
+func NewMutator(l Lookup, m *metrics.Metrics, tracer trace.Tracer, propagator propagation.TextMapPropagator, opts ...MutatorOption) (*Mutator, error) {
 	dec, err := newDecoder()
 	if err != nil {
 		return nil, err
 	}
-	return &Mutator{lookup: l, metrics: m, tracer: tracer, propagator: propagator, decoder: dec}, nil
+	h := &Mutator{lookup: l, metrics: m, tracer: tracer, propagator: propagator, decoder: dec}
+	for _, o := range opts {
+		o(h)
+	}
+	return h, nil
 }
 
 // Handle answers one admission request for a pod CREATE.
@@ -119,6 +136,9 @@ func (h *Mutator) Handle(ctx context.Context, req admission.Request) admission.R
 	ops, err := mutate.Patch(pod, decision, traceparent)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	if h.gang {
+		ops = append(ops, mutate.SchedulingGroup(pod)...)
 	}
 	if !marked && (req.DryRun == nil || !*req.DryRun) {
 		h.metrics.PodGated()

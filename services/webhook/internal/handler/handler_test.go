@@ -533,3 +533,59 @@ func applyPatches(t *testing.T, pod *corev1.Pod, ops []jsonpatch.JsonPatchOperat
 	}
 	return &p
 }
+
+// TestMutatorGangScheduling: with the flag on, a pod of a group with a
+// total count is linked to its group's PodGroup once, reinvocations add no
+// second operation, and nothing else is linked; with the flag off nothing
+// is.
+func TestMutatorGangScheduling(t *testing.T) {
+	groupLabels := map[string]string{podkeys.QueueNameLabel: "q", podkeys.PodGroupNameLabel: "train"}
+	counted := map[string]string{podkeys.PodGroupTotalCountAnnotation: "2"}
+	tests := []struct {
+		name        string
+		on          bool
+		labels      map[string]string
+		annotations map[string]string
+		other       string // a PodGroup the pod names at creation
+		want        string // podGroupName after admission; empty: none
+	}{
+		{name: "on: group with a total count", on: true, labels: groupLabels, annotations: counted, want: "train"},
+		{name: "off: group with a total count", labels: groupLabels, annotations: counted},
+		{name: "on: single pod", on: true, labels: map[string]string{podkeys.QueueNameLabel: "q"}},
+		{name: "on: group whose pods name another PodGroup", on: true, labels: groupLabels, annotations: counted, other: "mine", want: "mine"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h, err := NewMutator(stubLookup{}, mustMetrics(t), noop.NewTracerProvider().Tracer("t"), propagation.TraceContext{},
+				WithGangScheduling(tc.on))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pod := testPod("team", tc.labels, tc.annotations)
+			if tc.other != "" {
+				pod.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: &tc.other}
+			}
+			first := h.Handle(context.Background(), request(t, admissionv1.Create, pod, nil))
+			if !first.Allowed {
+				t.Fatalf("refused: %+v", first.Result)
+			}
+			marked := applyPatches(t, pod, first.Patches)
+			got := ""
+			if sg := marked.Spec.SchedulingGroup; sg != nil && sg.PodGroupName != nil {
+				got = *sg.PodGroupName
+			}
+			if got != tc.want {
+				t.Fatalf("spec.schedulingGroup.podGroupName = %q, want %q", got, tc.want)
+			}
+			// Reinvoked after another webhook added a label: no operation
+			// touches the scheduling group again.
+			marked.Labels["team"] = "x"
+			second := h.Handle(context.Background(), request(t, admissionv1.Create, marked, nil))
+			for _, op := range second.Patches {
+				if strings.HasPrefix(op.Path, "/spec/schedulingGroup") {
+					t.Errorf("reinvocation patched %s again: %+v", op.Path, op)
+				}
+			}
+		})
+	}
+}

@@ -1,7 +1,9 @@
 // Package mutate decides whether sluice queues a new pod and computes the
 // JSON patch that holds it for admission: queue label (when defaulted),
 // managed label, the role of a pod declaring its group (when not named),
-// finalizer, scheduling gate, role hash and trace context.
+// finalizer, scheduling gate, role hash and trace context; and, when gang
+// scheduling is on, the link of a KEP-976 group's pod to the scheduler's
+// PodGroup of its group.
 // The patch only adds what is missing, so it stays small and is empty for a
 // pod that already carries every mark.
 package mutate
@@ -163,6 +165,29 @@ func ownRole(pod *corev1.Pod) (string, error) {
 		return "", fmt.Errorf("role of the declaring pod: %w", ferr)
 	}
 	return role, nil
+}
+
+// schedulingGroupPath is where a pod names the scheduler's PodGroup it
+// belongs to (spec.schedulingGroup, Kubernetes 1.36, GenericWorkload).
+const schedulingGroupPath = "/spec/schedulingGroup"
+
+// SchedulingGroup returns the patch that links a pod of a KEP-976 group
+// created beforehand (group-name label and total-count annotation) to the
+// PodGroup named after its group, which the grouper creates with the
+// group's total count as the gang's minCount. It is empty for every other
+// pod: a single pod, a pod of a group declared with pod-group-sets (its
+// driver alone could never reach the gang's size), and a pod that names a
+// scheduling group already, which is the user's choice or an earlier
+// invocation's work (the patch is idempotent under reinvocation). The
+// group name is a valid PodGroup name: validation requires a DNS-1123
+// subdomain.
+func SchedulingGroup(pod *corev1.Pod) []jsonpatch.JsonPatchOperation {
+	group := pod.Labels[podkeys.PodGroupNameLabel]
+	if group == "" || pod.Annotations[podkeys.PodGroupTotalCountAnnotation] == "" || pod.Spec.SchedulingGroup != nil {
+		return nil
+	}
+	link := corev1.PodSchedulingGroup{PodGroupName: &group}
+	return []jsonpatch.JsonPatchOperation{jsonpatch.NewOperation("add", schedulingGroupPath, link)}
 }
 
 // addToMap adds entries to the string map at path. A map that does not exist

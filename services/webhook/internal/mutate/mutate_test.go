@@ -308,3 +308,69 @@ func TestPatchWithoutTraceparent(t *testing.T) {
 		}
 	}
 }
+
+func TestSchedulingGroup(t *testing.T) {
+	group := func(annotations map[string]string) *corev1.Pod {
+		p := newPod(map[string]string{podkeys.QueueNameLabel: "q", podkeys.PodGroupNameLabel: "train"})
+		p.Annotations = annotations
+		return p
+	}
+	counted := map[string]string{podkeys.PodGroupTotalCountAnnotation: "3"}
+	named := func(name string) *corev1.Pod {
+		p := group(counted)
+		p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: &name}
+		return p
+	}
+	tests := []struct {
+		name string
+		pod  *corev1.Pod
+		want string // the podGroupName after the patch; empty: no patch
+	}{
+		{name: "group with a total count", pod: group(counted), want: "train"},
+		{name: "group declared with pod-group-sets", pod: group(map[string]string{podkeys.PodGroupSetsAnnotation: `[{"name":"driver","count":1}]`})},
+		{name: "single pod", pod: newPod(map[string]string{podkeys.QueueNameLabel: "q"})},
+		{name: "total count without a group", pod: func() *corev1.Pod { p := newPod(nil); p.Annotations = counted; return p }()},
+		{name: "already linked to its group (reinvocation)", pod: named("train")},
+		{name: "linked to another PodGroup by the user", pod: named("other")},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ops := SchedulingGroup(tc.pod)
+			if tc.want == "" {
+				if len(ops) != 0 {
+					t.Fatalf("SchedulingGroup = %+v, want no patch", ops)
+				}
+				return
+			}
+			if len(ops) != 1 {
+				t.Fatalf("SchedulingGroup = %+v, want one operation", ops)
+			}
+			raw, err := json.Marshal(ops)
+			if err != nil {
+				t.Fatal(err)
+			}
+			patch, err := jsonpatchapply.DecodePatch(raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			doc, err := json.Marshal(tc.pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := patch.Apply(doc)
+			if err != nil {
+				t.Fatalf("apply %s: %v", raw, err)
+			}
+			var got corev1.Pod
+			if err := json.Unmarshal(out, &got); err != nil {
+				t.Fatal(err)
+			}
+			if sg := got.Spec.SchedulingGroup; sg == nil || sg.PodGroupName == nil || *sg.PodGroupName != tc.want {
+				t.Fatalf("spec.schedulingGroup = %+v, want podGroupName %q", sg, tc.want)
+			}
+			if again := SchedulingGroup(&got); len(again) != 0 {
+				t.Errorf("second call on the patched pod = %+v, want no patch", again)
+			}
+		})
+	}
+}

@@ -1,0 +1,145 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1alpha2 "k8s.io/api/scheduling/v1alpha2"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sluice-dev/sluice/pkg/crashpoint"
+	"github.com/sluice-dev/sluice/services/grouper/internal/gang"
+	"github.com/sluice-dev/sluice/services/grouper/internal/metrics"
+	"github.com/sluice-dev/sluice/services/grouper/internal/workload"
+)
+
+// Event reasons of a group's gang, emitted once per group and message.
+const (
+	// ReasonGangPending: the group's PodGroup cannot be created yet; the
+	// pods stay gated.
+	ReasonGangPending = "GangPending"
+	// ReasonGangOfEarlierRun: the group's name still holds the PodGroup of
+	// an earlier run with another gang size, which this run uses.
+	ReasonGangOfEarlierRun = "GangOfEarlierRun"
+)
+
+// gangs remembers, per group, the Workload uid whose PodGroup is in
+// place, so that a group costs one PodGroup write and not one per pod. It
+// lives in memory only: after a restart the create meets AlreadyExists
+// and a read tells the PodGroup is the run's. Its per-group lock lets one
+// pod of the group create while the group's other pods wait for it.
+type gangs struct {
+	mu sync.Mutex
+	m  map[workload.Key]*gangState
+}
+
+type gangState struct {
+	mu sync.Mutex
+	// ready is the uid of the Workload whose gang is in place.
+	ready types.UID
+}
+
+func newGangs() *gangs { return &gangs{m: map[workload.Key]*gangState{}} }
+
+func (g *gangs) state(k workload.Key) *gangState {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st := g.m[k]
+	if st == nil {
+		st = &gangState{}
+		g.m[k] = st
+	}
+	return st
+}
+
+func (g *gangs) forget(k workload.Key) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.m, k)
+}
+
+// ensureGang puts the group's PodGroup in place before pod is ungated,
+// when the pod asks for a gang (see gang.MinCount). An error leaves the
+// pod gated: ungated, it would only wait in the scheduler for a PodGroup
+// that is not there.
+func (r *Reconciler) ensureGang(ctx context.Context, pod *corev1.Pod, key workload.Key, uid string, pods []*corev1.Pod) error {
+	minCount, ok := gang.MinCount(pod, key.Name)
+	if !ok {
+		return nil
+	}
+	if uid == "" {
+		return fmt.Errorf("admission of group %s names no Workload uid: the PodGroup's owner needs it", key)
+	}
+	owner := gang.Owner{Name: key.Name, UID: types.UID(uid)}
+	st := r.gangs.state(key)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.ready == owner.UID {
+		return nil
+	}
+	existing, err := r.createPodGroup(ctx, key, minCount, owner)
+	if err != nil {
+		r.opts.Metrics.PodGroups.WithLabelValues(metrics.ResultError).Inc()
+		r.warnGroup(key, pods, ReasonGangPending, fmt.Sprintf("creating the PodGroup of group %s failed, retrying: %v", key, err))
+		return err
+	}
+	log := r.opts.Log.WithValues("group", key.String(), "workloadUID", uid, "minCount", minCount)
+	if existing == nil {
+		r.opts.Metrics.PodGroups.WithLabelValues(metrics.ResultCreated).Inc()
+		log.V(1).Info("PodGroup created")
+	} else {
+		r.foundPodGroup(key, pods, existing, owner, minCount)
+	}
+	st.ready = owner.UID
+	return nil
+}
+
+// foundPodGroup accounts for a PodGroup that already held the group's
+// name. The run's own (found again after a restart) is in place. Any
+// other is used as it is: one sluice did not make is someone's choice,
+// and an earlier run's cannot be replaced while the run's pods name it —
+// kube-controller-manager deletes it only once no active pod does.
+func (r *Reconciler) foundPodGroup(key workload.Key, pods []*corev1.Pod, existing *schedulingv1alpha2.PodGroup, owner gang.Owner, minCount int32) {
+	standing := gang.StandingOf(existing, owner)
+	r.opts.Metrics.PodGroups.WithLabelValues(standing.String()).Inc()
+	log := r.opts.Log.WithValues("group", key.String(), "workloadUID", owner.UID, "minCount", minCount,
+		"existingMinCount", gang.MinCountOf(existing))
+	switch standing {
+	case gang.Current:
+		log.V(1).Info("PodGroup in place")
+	case gang.Foreign:
+		log.Info("a PodGroup sluice did not create holds the group's name; the pods use it as it is")
+	case gang.Earlier:
+		log.Info("the PodGroup of an earlier run holds the group's name; this run uses it until it goes")
+		if got := gang.MinCountOf(existing); got != minCount {
+			r.warnGroup(key, pods, ReasonGangOfEarlierRun, fmt.Sprintf(
+				"group %s runs with the PodGroup of an earlier run, whose gang minCount is %d, not this run's %d: it goes once no pod of the group is active",
+				key, got, minCount))
+		}
+	}
+}
+
+// createPodGroup creates the group's PodGroup. When the name is taken it
+// returns the PodGroup holding it.
+func (r *Reconciler) createPodGroup(ctx context.Context, key workload.Key, minCount int32, owner gang.Owner) (*schedulingv1alpha2.PodGroup, error) {
+	pg := gang.PodGroup(key.Namespace, key.Name, minCount, owner)
+	err := r.opts.Client.Create(ctx, pg)
+	if err == nil {
+		crashpoint.Hit("grouper/podgroup")
+		return nil, nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("create PodGroup %s: %w", key, err)
+	}
+	// Rare (a restart, or a name used again): one read from the API
+	// server rather than a cache of every PodGroup in the cluster.
+	existing := &schedulingv1alpha2.PodGroup{}
+	if err := r.opts.APIReader.Get(ctx, client.ObjectKeyFromObject(pg), existing); err != nil {
+		return nil, fmt.Errorf("read existing PodGroup %s: %w", key, err)
+	}
+	return existing, nil
+}
