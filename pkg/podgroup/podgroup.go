@@ -33,10 +33,36 @@ func ParseTotalCount(s string) (int32, error) {
 	return int32(n), nil
 }
 
-// Name returns the group pod belongs to; ok is false for a single pod.
+// Name returns the group pod belongs to: the one its group-name label
+// names, else the scheduler's PodGroup its spec.schedulingGroup names (its
+// gang is one unit of admission too). ok is false for a single pod.
 func Name(pod *corev1.Pod) (string, bool) {
-	name := pod.Labels[podkeys.PodGroupNameLabel]
+	if name := pod.Labels[podkeys.PodGroupNameLabel]; name != "" {
+		return name, true
+	}
+	name := SchedulingGroup(pod)
 	return name, name != ""
+}
+
+// SchedulingGroup returns the name of the scheduler's PodGroup pod names
+// in spec.schedulingGroup; empty when it names none.
+func SchedulingGroup(pod *corev1.Pod) string {
+	if sg := pod.Spec.SchedulingGroup; sg != nil && sg.PodGroupName != nil {
+		return *sg.PodGroupName
+	}
+	return ""
+}
+
+// GangSized reports whether pod's group takes its size from its PodGroup's
+// gang: the pod names a PodGroup and no group of its own, or names its
+// group's PodGroup, and declares no total count and no pod sets.
+func GangSized(pod *corev1.Pod) bool {
+	name, ok := Name(pod)
+	if !ok || SchedulingGroup(pod) != name || Declared(pod) {
+		return false
+	}
+	_, hasCount := pod.Annotations[podkeys.PodGroupTotalCountAnnotation]
+	return !hasCount
 }
 
 // TotalCount returns the number of pods pod's group waits for.

@@ -16,14 +16,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sluicev1alpha1 "github.com/sluice-dev/sluice/pkg/api/v1alpha1"
-	"github.com/sluice-dev/sluice/pkg/podkeys"
+	"github.com/sluice-dev/sluice/pkg/podgroup"
 )
 
 // IsWorkloadOf reports whether wl is the Workload pod belongs to: its
-// group's (named after the group, with the pod-group label; a group's
-// Workload has no owners), or the single-pod Workload the pod owns.
+// group's (named after the group, or the PodGroup the pod names, with the
+// pod-group label; a group's Workload has no owners), or the single-pod
+// Workload the pod owns.
 func IsWorkloadOf(wl *sluicev1alpha1.Workload, pod *corev1.Pod) bool {
-	if group := pod.Labels[podkeys.PodGroupNameLabel]; group != "" {
+	if group, ok := podgroup.Name(pod); ok {
 		return wl.Name == group && wl.Labels[sluicev1alpha1.PodGroupLabel] == group
 	}
 	return slices.ContainsFunc(wl.OwnerReferences, func(o metav1.OwnerReference) bool { return o.UID == pod.UID })

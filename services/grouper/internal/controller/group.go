@@ -8,12 +8,15 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 	grpccodes "google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1alpha2 "k8s.io/api/scheduling/v1alpha2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -23,6 +26,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/crashpoint"
 	"github.com/sluice-dev/sluice/pkg/podgroup"
 	"github.com/sluice-dev/sluice/pkg/podkeys"
+	"github.com/sluice-dev/sluice/services/grouper/internal/gang"
 	"github.com/sluice-dev/sluice/services/grouper/internal/group"
 	"github.com/sluice-dev/sluice/services/grouper/internal/metrics"
 	"github.com/sluice-dev/sluice/services/grouper/internal/podpatch"
@@ -32,11 +36,13 @@ import (
 // Event reasons of pod groups. Each is emitted once per group and reason,
 // on the group's first pod, not once per pod.
 const (
-	ReasonGroupMismatch     = "GroupMismatch"
-	ReasonTooManyRoles      = "TooManyRoles"
-	ReasonExcessPodsDeleted = "ExcessPodsDeleted"
-	ReasonUnknownRole       = "UnknownRole"
-	ReasonJoinRefused       = "JoinRefused"
+	ReasonGroupMismatch      = "GroupMismatch"
+	ReasonTooManyRoles       = "TooManyRoles"
+	ReasonExcessPodsDeleted  = "ExcessPodsDeleted"
+	ReasonUnknownRole        = "UnknownRole"
+	ReasonJoinRefused        = "JoinRefused"
+	ReasonWaitingForPodGroup = "WaitingForPodGroup"
+	ReasonWaitingForPlace    = "WaitingForPlace"
 
 	actionAssemble = "Assemble"
 )
@@ -63,6 +69,39 @@ type groupState struct {
 	// joined holds the shapes of pods the admitter let join a pod set of
 	// the declared group's workload, by joinKey: pods of one shape ask once.
 	joined map[string]bool
+	// gangSize is the minCount of the gang of the PodGroup the group's
+	// pods name, once read (it cannot change); 0 before.
+	gangSize int32
+}
+
+// podGroupRecheck is how soon a group sized by a PodGroup that is missing,
+// or has no gang, looks for it again.
+const podGroupRecheck = 5 * time.Second
+
+// gangSize returns the size of a group that takes it from its PodGroup's
+// gang (no total count; see podgroup.GangSized): the gang's minCount, read
+// once per group from the API server. 0 for other groups, and while the
+// PodGroup is missing or has no gang policy.
+func (r *Reconciler) gangSize(ctx context.Context, key workload.Key, pods []*corev1.Pod) (int32, error) {
+	if !slices.ContainsFunc(pods, podgroup.GangSized) {
+		return 0, nil
+	}
+	var size int32
+	r.groups.update(key, func(g *groupState) { size = g.gangSize })
+	if size > 0 {
+		return size, nil
+	}
+	pg := &schedulingv1alpha2.PodGroup{}
+	err := r.opts.APIReader.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: key.Name}, pg)
+	switch {
+	case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("read PodGroup %s: %w", key, err)
+	}
+	size = gang.MinCountOf(pg)
+	r.groups.update(key, func(g *groupState) { g.gangSize = size })
+	return size, nil
 }
 
 // groupStates holds groupState by group.
@@ -161,7 +200,17 @@ func (r *Reconciler) submitGroup(ctx context.Context, pod *corev1.Pod, key workl
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	a, err := group.Assemble(key.Namespace, key.Name, pods)
+	size, err := r.gangSize(ctx, key, pods)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	a, err := group.Assemble(key.Namespace, key.Name, pods, size)
+	var noSize *group.NoSizeError
+	if errors.As(err, &noSize) {
+		// The PodGroup may well come after its pods: look again soon.
+		r.warnGroup(key, pods, ReasonWaitingForPodGroup, err.Error())
+		return reconcile.Result{RequeueAfter: podGroupRecheck}, nil
+	}
 	if err != nil {
 		r.warnGroup(key, pods, reasonFor(err), err.Error())
 		return reconcile.Result{}, nil
@@ -281,6 +330,15 @@ func (r *Reconciler) deleteGroupPods(ctx context.Context, key workload.Key, pods
 	return names, nil
 }
 
+func podNames(pods []*corev1.Pod) []string {
+	names := make([]string, len(pods))
+	for i, p := range pods {
+		names[i] = p.Name
+	}
+	slices.Sort(names)
+	return names
+}
+
 // firstByName is the pod of the group events are emitted on.
 func firstByName(pods []*corev1.Pod) *corev1.Pod {
 	first := pods[0]
@@ -312,6 +370,12 @@ func (r *Reconciler) ungateMember(ctx context.Context, pod *corev1.Pod, key work
 	pods, state, ref, err := r.observeGroup(ctx, key, entry)
 	if err != nil {
 		return reconcile.Result{}, err
+	}
+	if slices.ContainsFunc(state.Waiting, func(p *corev1.Pod) bool { return p.UID == pod.UID }) {
+		r.warnGroup(key, pods, ReasonWaitingForPlace, fmt.Sprintf(
+			"group %s was admitted with the pods its gang had when complete; pods beyond them wait, gated, for a place a failed pod frees: %s",
+			key.Name, strings.Join(podNames(state.Waiting), ", ")))
+		return reconcile.Result{}, nil
 	}
 	if slices.ContainsFunc(state.Strangers, func(p *corev1.Pod) bool { return p.UID == pod.UID }) {
 		return reconcile.Result{}, r.deleteStrangers(ctx, key, pods, []*corev1.Pod{pod}, slices.Sorted(maps.Keys(entry.decision.GetPodSetCounts())))
@@ -479,6 +543,10 @@ func (r *Reconciler) groupProgress(ctx context.Context, pod *corev1.Pod, key wor
 	}
 	if err := r.reportState(ctx, key, ref, state); err != nil {
 		return reconcile.Result{}, err
+	}
+	if len(state.Waiting) > 0 {
+		// The place this pod held may be one a waiting pod can take.
+		r.wakeGated(key)
 	}
 	for _, p := range state.Replaced {
 		if p.UID == pod.UID {

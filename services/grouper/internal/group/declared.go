@@ -20,6 +20,11 @@ type Roles struct {
 	// over time (fewer than its count is not "missing"), and the group ends
 	// with the pods of the declaring pod's own role.
 	Declared bool
+	// WaitExtra is set for a group sized by its PodGroup's gang: pods
+	// beyond their role's count wait, gated, for a place (a failed pod's)
+	// rather than being deleted — a gang's size is its minimum, not a
+	// limit the pods' creator agreed to.
+	WaitExtra bool
 }
 
 // RolesOf returns how pods of a group map to pod sets: by their role label
@@ -28,7 +33,7 @@ func RolesOf(pods []*corev1.Pod) Roles {
 	if slices.ContainsFunc(pods, podgroup.Declared) {
 		return Roles{Of: workload.DeclaredRole, Declared: true}
 	}
-	return Roles{Of: workload.RoleHash}
+	return Roles{Of: workload.RoleHash, WaitExtra: slices.ContainsFunc(pods, podgroup.GangSized)}
 }
 
 // declaring returns the active pods that carry the group's declaration.

@@ -64,7 +64,7 @@ func TestAssembleDeclared(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a, err := Assemble("ns", "g", tt.pods)
+			a, err := Assemble("ns", "g", tt.pods, 0)
 			if tt.err != "" {
 				var mismatch *MismatchError
 				if err == nil || !errors.As(err, &mismatch) || !strings.Contains(err.Error(), tt.err) {
@@ -91,7 +91,7 @@ func TestAssembleDeclared(t *testing.T) {
 }
 
 func TestDeclaredWorkload(t *testing.T) {
-	a, err := Assemble("ns", "g", []*corev1.Pod{member("d", "driver", 1)})
+	a, err := Assemble("ns", "g", []*corev1.Pod{member("d", "driver", 1)}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -105,7 +105,11 @@ type Assembly struct {
 // any order) for a workload to submit. A group whose pods disagree on the
 // queue, the total count or the declaration has no workload
 // (MismatchError), nor has one with too many roles (TooManyRolesError).
-func Assemble(namespace, name string, pods []*corev1.Pod) (*Assembly, error) {
+// gangSize is the minCount of the gang of the PodGroup the group's pods
+// name, for a group without a total count (0 when it has none): such a
+// group is submitted with every pod it has once it has gangSize
+// (NoSizeError while the size is not known).
+func Assemble(namespace, name string, pods []*corev1.Pod, gangSize int32) (*Assembly, error) {
 	// Pods that ended and that sluice let go of belong to a run that is
 	// over (the group comes back with new pods): they neither count nor
 	// need to agree.
@@ -127,16 +131,26 @@ func Assemble(namespace, name string, pods []*corev1.Pod) (*Assembly, error) {
 	if err != nil {
 		return nil, err
 	}
-	total, err := podgroup.ParseTotalCount(countText)
-	if err != nil {
-		return nil, fmt.Errorf("group %s: annotation %s %q: %w", group, podkeys.PodGroupTotalCountAnnotation, countText, err)
+	byGang := countText == "" && slices.ContainsFunc(pods, podgroup.GangSized)
+	total := gangSize
+	switch {
+	case byGang && gangSize < 1:
+		return nil, &NoSizeError{Group: group, PodGroup: name}
+	case !byGang:
+		if total, err = podgroup.ParseTotalCount(countText); err != nil {
+			return nil, fmt.Errorf("group %s: annotation %s %q: %w", group, podkeys.PodGroupTotalCountAnnotation, countText, err)
+		}
 	}
-	active := Ordered(slices.DeleteFunc(slices.Clone(pods), func(p *corev1.Pod) bool { return !Active(p) }))
+	active := activeOf(pods)
+	Ordered(active)
 	a := &Assembly{Queue: queue, TotalCount: total, Members: active}
-	if n := int32(len(active)); n > total {
+	// A gang's size is its minimum: every pod there when it is complete
+	// is in its workload. A total count is exact: pods beyond it go.
+	switch n := int32(len(active)); {
+	case n > total && !byGang:
 		a.Members, a.Excess = active[:total], active[total:]
 		slices.Reverse(a.Excess) // youngest first
-	} else {
+	case n < total:
 		a.Missing = total - n
 	}
 	if roles := countRoles(a.Members); roles > MaxRoles {
@@ -148,6 +162,17 @@ func Assemble(namespace, name string, pods []*corev1.Pod) (*Assembly, error) {
 		}
 	}
 	return a, nil
+}
+
+// NoSizeError says that a group sized by its PodGroup's gang does not
+// know its size: the PodGroup does not exist (yet) or has no gang policy.
+type NoSizeError struct {
+	Group, PodGroup string
+}
+
+func (e *NoSizeError) Error() string {
+	return fmt.Sprintf("group %s has no %s annotation and waits for the size of its gang: PodGroup %s does not exist yet or has no gang minCount",
+		e.Group, podkeys.PodGroupTotalCountAnnotation, e.PodGroup)
 }
 
 // same returns the value every pod has for key, or a MismatchError.
@@ -218,6 +243,10 @@ type State struct {
 	// Strangers are the active pods of a declared group naming a role its
 	// workload does not have, to delete.
 	Strangers []*corev1.Pod
+	// Waiting are the pods of a gang-sized group beyond their role's count
+	// (or of a role its workload lacks): they stay gated until a place
+	// frees.
+	Waiting []*corev1.Pod
 	// Roles is how the group's pods map to pod sets.
 	Roles Roles
 	// Replaced are failed pods a newer pod of their role took the place
@@ -301,7 +330,11 @@ func Observe(uid string, podSets map[string]int32, how Roles, pods []*corev1.Pod
 		if n := int32(len(active)); n > count {
 			excess := slices.Clone(active[count:])
 			slices.Reverse(excess)
-			st.Excess = append(st.Excess, excess...)
+			if how.WaitExtra {
+				st.Waiting = append(st.Waiting, excess...)
+			} else {
+				st.Excess = append(st.Excess, excess...)
+			}
 			active = active[:count]
 		}
 		if how.Declared && !r.declaring {
@@ -328,11 +361,14 @@ func Observe(uid string, podSets map[string]int32, how Roles, pods []*corev1.Pod
 			// A role the workload does not have: every pod of it is
 			// excess (it would have no pod set to be admitted in).
 			r := roles[hash]
-			if how.Declared {
+			switch {
+			case how.Declared:
 				st.Strangers = append(st.Strangers, r.active...)
-				continue
+			case how.WaitExtra:
+				st.Waiting = append(st.Waiting, r.active...)
+			default:
+				st.Excess = append(st.Excess, r.active...)
 			}
-			st.Excess = append(st.Excess, r.active...)
 		}
 	}
 	own := ""

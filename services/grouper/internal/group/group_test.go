@@ -145,7 +145,7 @@ func TestAssemble(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a, err := Assemble("ns", "g", tt.pods)
+			a, err := Assemble("ns", "g", tt.pods, 0)
 			if len(tt.errContain) > 0 {
 				var mismatch *MismatchError
 				if !errors.As(err, &mismatch) {
@@ -192,7 +192,7 @@ func TestAssembleRefusesTooManyRoles(t *testing.T) {
 	for i := range MaxRoles + 1 {
 		pods = append(pods, pod(fmt.Sprintf("p%02d", i), fmt.Sprintf("role%02d", i), i, total(fmt.Sprint(MaxRoles+1))))
 	}
-	_, err := Assemble("ns", "g", pods)
+	_, err := Assemble("ns", "g", pods, 0)
 	var tooMany *TooManyRolesError
 	if !errors.As(err, &tooMany) || tooMany.Roles != MaxRoles+1 || !strings.Contains(err.Error(), fmt.Sprint(MaxRoles)) {
 		t.Fatalf("err = %v, want TooManyRolesError naming %d roles and the limit %d", err, MaxRoles+1, MaxRoles)

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	sluicev1 "github.com/sluice-dev/sluice/gen/sluice/v1"
+	"github.com/sluice-dev/sluice/pkg/podgroup"
 	"github.com/sluice-dev/sluice/pkg/podkeys"
 	"github.com/sluice-dev/sluice/pkg/podset"
 	"github.com/sluice-dev/sluice/pkg/rolehash"
@@ -50,15 +51,17 @@ func (k Key) String() string { return k.Namespace + "/" + k.Name }
 // KeyFor returns the workload pod belongs to: its group's, named after
 // the group, or its own single-pod workload.
 func KeyFor(pod *corev1.Pod) (key Key, ok bool) {
-	if IsGroupMember(pod) {
-		return Key{Namespace: pod.Namespace, Name: pod.Labels[podkeys.PodGroupNameLabel]}, true
+	if name, ok := podgroup.Name(pod); ok {
+		return Key{Namespace: pod.Namespace, Name: name}, true
 	}
 	return Key{Namespace: pod.Namespace, Name: SinglePodName(pod.Name, string(pod.UID))}, true
 }
 
-// IsGroupMember reports whether pod names a pod group.
+// IsGroupMember reports whether pod belongs to a pod group: it names one,
+// or names the scheduler's PodGroup it belongs to.
 func IsGroupMember(pod *corev1.Pod) bool {
-	return pod.Labels[podkeys.PodGroupNameLabel] != ""
+	_, ok := podgroup.Name(pod)
+	return ok
 }
 
 // SinglePodName returns the workload name of a single pod:
@@ -83,7 +86,7 @@ func SinglePodName(podName, uid string) string {
 // count 1, controlled by the pod, shaped like the pod.
 func ForSinglePod(pod *corev1.Pod) (*sluicev1.Workload, error) {
 	if IsGroupMember(pod) {
-		return nil, fmt.Errorf("pod %s/%s: label %s is set: the pod belongs to a group, not a single-pod workload",
+		return nil, fmt.Errorf("pod %s/%s belongs to a group (label %s, or spec.schedulingGroup), not a single-pod workload",
 			pod.Namespace, pod.Name, podkeys.PodGroupNameLabel)
 	}
 	queue := pod.Labels[podkeys.QueueNameLabel]

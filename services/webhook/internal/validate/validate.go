@@ -82,7 +82,8 @@ func Create(pod *corev1.Pod) field.ErrorList {
 	switch {
 	case hasGroup && !hasCount && !hasSets && !hasRole:
 		errs = append(errs, field.Required(totalCountPath, DetailGroupNeedsCount))
-	case hasCount && !hasGroup:
+	case hasCount && !hasGroup && podgroup.SchedulingGroup(pod) == "":
+		// A pod of a PodGroup's gang is in the group the PodGroup names.
 		errs = append(errs, field.Required(groupNamePath, DetailCountNeedsGroup))
 	case hasSets && !hasGroup:
 		errs = append(errs, field.Required(groupNamePath, DetailCountNeedsGroup))

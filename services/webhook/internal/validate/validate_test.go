@@ -51,6 +51,7 @@ func TestCreate(t *testing.T) {
 		name        string
 		labels      map[string]string
 		annotations map[string]string
+		gang        string // the PodGroup the pod names
 		want        []want
 	}{
 		{name: "no keys"},
@@ -93,6 +94,12 @@ func TestCreate(t *testing.T) {
 			labels:      map[string]string{podkeys.PodGroupNameLabel: "g"},
 			annotations: map[string]string{podkeys.PodGroupTotalCountAnnotation: "-4"},
 			want:        []want{{field.ErrorTypeInvalid, countField, DetailCountTooSmall}},
+		},
+		{
+			name:        "count in a PodGroup's gang",
+			labels:      map[string]string{podkeys.QueueNameLabel: "q"},
+			annotations: map[string]string{podkeys.PodGroupTotalCountAnnotation: "3"},
+			gang:        "trainer",
 		},
 		{
 			name:        "declaring pod",
@@ -159,7 +166,11 @@ func TestCreate(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			check(t, Create(pod(tc.labels, tc.annotations)), tc.want)
+			p := pod(tc.labels, tc.annotations)
+			if tc.gang != "" {
+				p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: &tc.gang}
+			}
+			check(t, Create(p), tc.want)
 		})
 	}
 }
