@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1alpha2 "k8s.io/api/scheduling/v1alpha2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sluicev1alpha1 "github.com/sluice-dev/sluice/pkg/api/v1alpha1"
@@ -19,9 +18,7 @@ import (
 // PodGroup, before it ungated any pod. Started again, it finds the
 // PodGroup it made (owned by the run's Workload) and ungates: the
 // PodGroup is created once, each pod is ungated once, and the group runs
-// to its end as a gang. The pods name their group's PodGroup themselves,
-// as the webhook's --gang-scheduling would (this suite runs the webhook
-// without it): the grouper goes by the field.
+// to its end as a gang.
 func TestCrashGangPodGroup(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
 	defer cancel()
@@ -29,9 +26,6 @@ func TestCrashGangPodGroup(t *testing.T) {
 	createQueues(ctx, t, ns, userQueue, ns, "2")
 	hist := record(ctx, t, ns, ns)
 	pods := []*corev1.Pod{groupPod(ns, "g", "a", "1", "2s", 2), groupPod(ns, "g", "b", "1", "2s", 2)}
-	for _, p := range pods {
-		p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To("g")}
-	}
 
 	c := arm(ctx, t, "grouper/podgroup")
 	before := requestCounts(ctx, t)

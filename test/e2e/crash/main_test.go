@@ -45,7 +45,8 @@ func TestMain(m *testing.M) {
 			debug := []string{"--log-level", "debug"}
 			sluice, err = harness.Start(ctx, e, harness.Options{
 				Tags: []string{"sluice_crashpoints"},
-				Args: map[string][]string{"admitter": debug, "grouper": debug},
+				// KEP-976 groups get a scheduler gang, as in `make run`.
+				Args: map[string][]string{"admitter": debug, "grouper": debug, "webhook": {"--gang-scheduling"}},
 			})
 			if err != nil {
 				return err

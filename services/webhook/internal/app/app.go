@@ -123,6 +123,7 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 	caches := lookup.New(cfg.REST, lookup.Options{
 		Namespaces:   nsSelector,
 		DefaultQueue: mutate.DefaultQueue,
+		AllGroupPods: cfg.GangScheduling,
 		Log:          log.WithName("lookup"),
 	})
 	mutator, err := handler.NewMutator(caches, m, otel.Tracer(TracerName), otel.GetTextMapPropagator(),

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"gomodules.xyz/jsonpatch/v2"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -138,13 +139,39 @@ func (h *Mutator) Handle(ctx context.Context, req admission.Request) admission.R
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
 	if h.gang {
-		ops = append(ops, mutate.SchedulingGroup(pod)...)
+		link, err := h.gangLink(ctx, pod)
+		if err != nil {
+			return admission.Errored(http.StatusInternalServerError, err)
+		}
+		ops = append(ops, link...)
 	}
 	if !marked && (req.DryRun == nil || !*req.DryRun) {
 		h.metrics.PodGated()
 	}
 	logf.FromContext(ctx).V(2).Info("gating pod", "namespace", req.Namespace, "queue", decision.Queue, "defaulted", decision.Defaulted, "reinvoked", marked)
 	return admission.Patched("", ops...)
+}
+
+// gangLink returns the patch linking pod to its group's PodGroup (see
+// mutate.SchedulingGroup) — unless its group already runs: a pod created
+// then replaces one that failed, and kube-scheduler, which counts only the
+// gang's pods that are not finished, would hold it for a gang that never
+// completes again. It binds alone, as a replacement does without a gang.
+func (h *Mutator) gangLink(ctx context.Context, pod *corev1.Pod) ([]jsonpatch.JsonPatchOperation, error) {
+	link := mutate.SchedulingGroup(pod)
+	if len(link) == 0 {
+		return nil, nil
+	}
+	group := pod.Labels[podkeys.PodGroupNameLabel]
+	pods, err := h.lookup.GroupPods(ctx, pod.Namespace, group)
+	if err != nil {
+		return nil, fmt.Errorf("look up the pods of group %s: %w", group, err)
+	}
+	if mutate.GroupRuns(pods) {
+		logf.FromContext(ctx).V(2).Info("group runs already: no gang for the new pod", "namespace", pod.Namespace, "group", group)
+		return nil, nil
+	}
+	return link, nil
 }
 
 // alreadyMarked tells whether sluice's mutation was applied to the pod in an

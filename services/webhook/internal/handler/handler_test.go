@@ -538,6 +538,12 @@ func applyPatches(t *testing.T, pod *corev1.Pod, ops []jsonpatch.JsonPatchOperat
 // total count is linked to its group's PodGroup once, reinvocations add no
 // second operation, and nothing else is linked; with the flag off nothing
 // is.
+// gatedPod holds p behind sluice's gate.
+func gatedPod(p *corev1.Pod) *corev1.Pod {
+	p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: podkeys.AdmissionGate}}
+	return p
+}
+
 func TestMutatorGangScheduling(t *testing.T) {
 	groupLabels := map[string]string{podkeys.QueueNameLabel: "q", podkeys.PodGroupNameLabel: "train"}
 	counted := map[string]string{podkeys.PodGroupTotalCountAnnotation: "2"}
@@ -547,16 +553,21 @@ func TestMutatorGangScheduling(t *testing.T) {
 		labels      map[string]string
 		annotations map[string]string
 		other       string // a PodGroup the pod names at creation
+		group       []*corev1.Pod
 		want        string // podGroupName after admission; empty: none
 	}{
 		{name: "on: group with a total count", on: true, labels: groupLabels, annotations: counted, want: "train"},
 		{name: "off: group with a total count", labels: groupLabels, annotations: counted},
 		{name: "on: single pod", on: true, labels: map[string]string{podkeys.QueueNameLabel: "q"}},
 		{name: "on: group whose pods name another PodGroup", on: true, labels: groupLabels, annotations: counted, other: "mine", want: "mine"},
+		{name: "on: a replacement in a group that runs binds alone", on: true, labels: groupLabels, annotations: counted,
+			group: []*corev1.Pod{testPod("team", groupLabels, counted)}},
+		{name: "on: a group whose earlier pods are all gated", on: true, labels: groupLabels, annotations: counted,
+			group: []*corev1.Pod{gatedPod(testPod("team", groupLabels, counted))}, want: "train"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			h, err := NewMutator(stubLookup{}, mustMetrics(t), noop.NewTracerProvider().Tracer("t"), propagation.TraceContext{},
+			h, err := NewMutator(stubLookup{groupPods: tc.group}, mustMetrics(t), noop.NewTracerProvider().Tracer("t"), propagation.TraceContext{},
 				WithGangScheduling(tc.on))
 			if err != nil {
 				t.Fatal(err)

@@ -48,6 +48,10 @@ type Options struct {
 	// DefaultQueue is the name of the LocalQueue pods without a queue go to.
 	// Only LocalQueues of this name are cached.
 	DefaultQueue string
+	// AllGroupPods caches every pod that names a group, not only those
+	// naming a role in one: gang scheduling needs to know whether a new
+	// pod joins a group that already runs.
+	AllGroupPods bool
 	// RetryInterval is how long to wait before trying again when the
 	// LocalQueue CRD is not served yet. Defaults to 2s.
 	RetryInterval time.Duration
@@ -124,17 +128,21 @@ func (c *Cache) Run(ctx context.Context) error {
 // build creates the cache and registers its two informers.
 func (c *Cache) build(ctx context.Context) (cache.Cache, error) {
 	queue := metadataOf(LocalQueueGVK)
-	hasRole, err := labels.NewRequirement(podkeys.PodGroupRoleLabel, selection.Exists, nil)
+	cached := podkeys.PodGroupRoleLabel
+	if c.opts.AllGroupPods {
+		cached = podkeys.PodGroupNameLabel
+	}
+	inGroup, err := labels.NewRequirement(cached, selection.Exists, nil)
 	if err != nil {
-		return nil, fmt.Errorf("select pods with a role: %w", err)
+		return nil, fmt.Errorf("select pods with label %s: %w", cached, err)
 	}
 	informers, err := cache.New(c.cfg, cache.Options{
 		ByObject: map[client.Object]cache.ByObject{
 			// Only the default queues matter: keep nothing else in memory.
 			queue: {Field: fields.OneTermEqualSelector("metadata.name", c.opts.DefaultQueue)},
-			// Only pods naming a role, and only what judging a worker of
-			// a declared group needs of them.
-			&corev1.Pod{}: {Label: labels.NewSelector().Add(*hasRole), Transform: trimPod},
+			// Only pods naming a role (or, for gang scheduling, a group),
+			// and only what judging a new pod of their group needs.
+			&corev1.Pod{}: {Label: labels.NewSelector().Add(*inGroup), Transform: trimPod},
 		},
 		// Never start an informer on demand from the request path.
 		ReaderFailOnMissingInformer: true,
@@ -161,9 +169,9 @@ func groupOf(obj client.Object) []string {
 	return nil
 }
 
-// trimPod keeps of a pod what judging a new worker of its group needs:
-// its keys, whether it still counts (phase, deletion, node, finalizers)
-// and its group's declaration.
+// trimPod keeps of a pod what judging a new pod of its group needs: its
+// keys, whether it still counts or runs (phase, deletion, node,
+// finalizers, gates) and its group's declaration.
 func trimPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -178,6 +186,7 @@ func trimPod(obj any) (any, error) {
 		trimmed.Annotations = map[string]string{podkeys.PodGroupSetsAnnotation: sets}
 	}
 	trimmed.Spec.NodeName = pod.Spec.NodeName
+	trimmed.Spec.SchedulingGates = pod.Spec.SchedulingGates
 	trimmed.Status.Phase = pod.Status.Phase
 	return trimmed, nil
 }
@@ -232,9 +241,10 @@ func (c *Cache) DefaultQueueExists(ctx context.Context, namespace string) (bool,
 	return c.get(ctx, types.NamespacedName{Namespace: namespace, Name: c.opts.DefaultQueue}, metadataOf(LocalQueueGVK))
 }
 
-// GroupPods returns the pods of group name in namespace that name a role:
-// the pod that declares a KEP-976 Story 3 group and its workers, as far as
-// the cache has seen them. They are the cache's objects: read, never
+// GroupPods returns the pods of group name in namespace that name a role
+// (the pod that declares a KEP-976 Story 3 group and its workers) — or,
+// with Options.AllGroupPods, every pod of the group — as far as the cache
+// has seen them. They are the cache's objects: read, never
 // change them.
 func (c *Cache) GroupPods(ctx context.Context, namespace, name string) ([]*corev1.Pod, error) {
 	r := c.reader.Load()

@@ -190,6 +190,19 @@ func SchedulingGroup(pod *corev1.Pod) []jsonpatch.JsonPatchOperation {
 	return []jsonpatch.JsonPatchOperation{jsonpatch.NewOperation("add", schedulingGroupPath, link)}
 }
 
+// GroupRuns reports whether a group, by the pods of it already there, has
+// been admitted and runs: one of its pods is past sluice's gate and not
+// being deleted, and is not a pod of an earlier run that ended and that
+// sluice let go of. A pod created for such a group replaces one of its
+// pods.
+func GroupRuns(pods []*corev1.Pod) bool {
+	return slices.ContainsFunc(pods, func(p *corev1.Pod) bool {
+		ended := p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+		released := ended && !slices.Contains(p.Finalizers, podkeys.ManagedFinalizer)
+		return !gated(p) && p.DeletionTimestamp == nil && !released
+	})
+}
+
 // addToMap adds entries to the string map at path. A map that does not exist
 // yet is added whole, since JSON patch cannot add a member to a missing
 // object.

@@ -374,3 +374,38 @@ func TestSchedulingGroup(t *testing.T) {
 		})
 	}
 }
+
+func TestGroupRuns(t *testing.T) {
+	gated := func(p *corev1.Pod) { p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: podkeys.AdmissionGate}} }
+	ungated := func(p *corev1.Pod) { p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/other"}} }
+	ended := func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }
+	released := func(p *corev1.Pod) { p.Finalizers = nil }
+	held := func(p *corev1.Pod) { p.Finalizers = []string{podkeys.ManagedFinalizer} }
+	deleting := func(p *corev1.Pod) { now := metav1.Now(); p.DeletionTimestamp = &now }
+	pod := func(mutate ...func(*corev1.Pod)) *corev1.Pod {
+		p := newPod(nil)
+		for _, m := range mutate {
+			m(p)
+		}
+		return p
+	}
+	tests := []struct {
+		name string
+		pods []*corev1.Pod
+		want bool
+	}{
+		{"no pods", nil, false},
+		{"every pod gated", []*corev1.Pod{pod(gated), pod(gated)}, false},
+		{"a pod runs", []*corev1.Pod{pod(gated), pod(ungated, held)}, true},
+		{"a pod ended and is still accounted for", []*corev1.Pod{pod(ungated, ended, held)}, true},
+		{"only an earlier run's pods, let go", []*corev1.Pod{pod(ungated, ended, released)}, false},
+		{"the running pods are being deleted (an eviction)", []*corev1.Pod{pod(ungated, held, deleting)}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := GroupRuns(tt.pods); got != tt.want {
+				t.Errorf("GroupRuns = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
