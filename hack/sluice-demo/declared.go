@@ -20,20 +20,11 @@ import (
 // the driver would, and prints each joining its pod set and being ungated
 // at once, then the group finishing with the driver.
 func runDeclared(ctx context.Context, c client.WithWatch, file string) error {
-	pods, err := readPods(file)
+	pods, group, err := readGroup(ctx, c, file)
 	if err != nil {
 		return err
 	}
 	driver, workers := pods[0], pods[1:]
-	for _, pod := range pods {
-		if err := deletePod(ctx, c, pod); err != nil {
-			return err
-		}
-	}
-	group := driver.Labels[podkeys.PodGroupNameLabel]
-	if err := deleteWorkload(ctx, c, driver.Namespace, group); err != nil {
-		return err
-	}
 	start := time.Now()
 	if err := c.Create(ctx, driver); err != nil {
 		return fmt.Errorf("creating pod %s/%s: %w", driver.Namespace, driver.Name, err)

@@ -24,19 +24,8 @@ import (
 // every pod exists, admitted whole, every pod ungated, and finished when
 // all of them succeeded.
 func runGroup(ctx context.Context, c client.WithWatch, file string) error {
-	pods, err := readPods(file)
+	pods, group, err := readGroup(ctx, c, file)
 	if err != nil {
-		return err
-	}
-	for _, pod := range pods {
-		if err := deletePod(ctx, c, pod); err != nil {
-			return err
-		}
-	}
-	// The Workload of an earlier run's group goes once its pods are gone
-	// (sluice deletes it); a new group of the same name must not meet it.
-	group := pods[0].Labels[podkeys.PodGroupNameLabel]
-	if err := deleteWorkload(ctx, c, pods[0].Namespace, group); err != nil {
 		return err
 	}
 	start := time.Now()
@@ -107,6 +96,27 @@ func (p *progress) followGroup(ctx context.Context, c client.Client, ns, group s
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// readGroup reads the pods of a group sample and clears what an earlier
+// demo run left of them: the pods, and the group's Workload (sluice deletes
+// it once its pods are gone; a new group of the same name must not meet
+// it). It returns the pods and the group's name.
+func readGroup(ctx context.Context, c client.Client, file string) ([]*corev1.Pod, string, error) {
+	pods, err := readPods(file)
+	if err != nil {
+		return nil, "", err
+	}
+	for _, pod := range pods {
+		if err := deletePod(ctx, c, pod); err != nil {
+			return nil, "", err
+		}
+	}
+	group := pods[0].Labels[podkeys.PodGroupNameLabel]
+	if err := deleteWorkload(ctx, c, pods[0].Namespace, group); err != nil {
+		return nil, "", err
+	}
+	return pods, group, nil
 }
 
 // readPods reads the pods of a multi-document YAML file.

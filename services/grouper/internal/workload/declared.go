@@ -2,8 +2,6 @@ package workload
 
 import (
 	"fmt"
-	"slices"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -39,20 +37,7 @@ func ForDeclared(name string, pod *corev1.Pod) (*sluicev1.Workload, error) {
 		}
 		sets = append(sets, set)
 	}
-	slices.SortFunc(sets, func(a, b *sluicev1.PodSet) int { return strings.Compare(a.GetName(), b.GetName()) })
-	var priority int32
-	if pod.Spec.Priority != nil {
-		priority = *pod.Spec.Priority
-	}
-	return &sluicev1.Workload{
-		Ref:               &sluicev1.WorkloadRef{Namespace: pod.Namespace, Name: name},
-		QueueName:         queue,
-		Priority:          priority,
-		PriorityClassName: pod.Spec.PriorityClassName,
-		PodSets:           sets,
-		Traceparent:       pod.Annotations[podkeys.TraceparentAnnotation],
-		PodGroup:          name,
-	}, nil
+	return groupWorkload(pod.Namespace, name, pod, sets), nil
 }
 
 // Declaration reads the pod-group-sets annotation of pod.

@@ -156,6 +156,12 @@ func ForGroup(namespace, name string, pods []*corev1.Pod) (*sluicev1.Workload, e
 		byRole[hash] = set
 		sets = append(sets, set)
 	}
+	return groupWorkload(namespace, name, first, sets), nil
+}
+
+// groupWorkload is the workload of pod group name, with pod sets sets
+// (sorted by name here); the queue, priority and trace come from first.
+func groupWorkload(namespace, name string, first *corev1.Pod, sets []*sluicev1.PodSet) *sluicev1.Workload {
 	slices.SortFunc(sets, func(a, b *sluicev1.PodSet) int { return strings.Compare(a.GetName(), b.GetName()) })
 	var priority int32
 	if first.Spec.Priority != nil {
@@ -163,13 +169,13 @@ func ForGroup(namespace, name string, pods []*corev1.Pod) (*sluicev1.Workload, e
 	}
 	return &sluicev1.Workload{
 		Ref:               &sluicev1.WorkloadRef{Namespace: namespace, Name: name},
-		QueueName:         queue,
+		QueueName:         first.Labels[podkeys.QueueNameLabel],
 		Priority:          priority,
 		PriorityClassName: first.Spec.PriorityClassName,
 		PodSets:           sets,
 		Traceparent:       first.Annotations[podkeys.TraceparentAnnotation],
 		PodGroup:          name,
-	}, nil
+	}
 }
 
 // RoleHash returns the pod's role hash: the webhook's annotation, or, for
