@@ -139,6 +139,7 @@ func runBurst(b *testing.B, shape string, newPod func(ns string, i int) *corev1.
 	fmt.Printf("median time per stage: %s\n", res.stages)
 	fmt.Printf("API writes per pod (all clients, pod create included): %.2f\n", res.writesPerPod)
 	fmt.Printf("writes by resource: %s\n", res.writesByResource)
+	fmt.Printf("other requests by resource, per pod: %s\n", res.readsByResource)
 	fmt.Printf("CPU seconds, raw pipeline: %s\n", rawCPUReport)
 	fmt.Printf("CPU seconds, sluice from the burst's start to the last ungate: %s\n", cpuReport)
 }
@@ -180,6 +181,7 @@ type sluiceResult struct {
 	p50, p90, p99               time.Duration
 	ungated                     int
 	writesByResource            string
+	readsByResource             string
 	stages                      string
 }
 
@@ -269,22 +271,30 @@ func measureSluice(ctx context.Context, b *testing.B, env *testenv.Env, cs kuber
 		res.podsPerSecond = float64(len(lat)) / last.Sub(start).Seconds()
 		res.p50, res.p90, res.p99 = pct(lat, 50), pct(lat, 90), pct(lat, 99)
 	}
-	writes, byRes := 0.0, map[string]float64{}
+	writes, byRes, reads := 0.0, map[string]float64{}, map[string]float64{}
 	for _, rc := range testenv.SubtractCounts(after, before) {
 		if rc.IsWrite() {
 			writes += rc.Count
 			byRes[rc.Verb+" "+rc.Resource+subres(rc.Subresource)] += rc.Count
+		} else {
+			reads[rc.Verb+" "+rc.Resource+subres(rc.Subresource)] += rc.Count
 		}
 	}
+	res.readsByResource = perPod(reads)
 	res.writesPerPod = writes / burst
 	res.stages = stagesReport
+	res.writesByResource = perPod(byRes)
+	return res
+}
+
+// perPod renders request counts by verb and resource, per pod of the burst.
+func perPod(counts map[string]float64) string {
 	var parts []string
-	for k, v := range byRes {
+	for k, v := range counts {
 		parts = append(parts, fmt.Sprintf("%s=%.2f", k, v/burst))
 	}
 	sort.Strings(parts)
-	res.writesByResource = strings.Join(parts, " ")
-	return res
+	return strings.Join(parts, " ")
 }
 
 func subres(s string) string {
