@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1alpha2 "k8s.io/api/scheduling/v1alpha2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -83,6 +84,11 @@ func (p *progress) followGroup(ctx context.Context, c client.Client, ns, group s
 		}
 		if running == size {
 			p.step("running", "all %d pods running", size)
+			var pg schedulingv1alpha2.PodGroup
+			if c.Get(ctx, client.ObjectKey{Namespace: ns, Name: group}, &pg) == nil && pg.Spec.SchedulingPolicy.Gang != nil {
+				p.step("gang", "bound by kube-scheduler as one gang through PodGroup %s (minCount %d), which sluice created for the group",
+					pg.Name, pg.Spec.SchedulingPolicy.Gang.MinCount)
+			}
 		}
 		if succeeded == size {
 			p.step("succeeded", "all %d pods succeeded", size)
