@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"gomodules.xyz/jsonpatch/v2"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"

@@ -376,7 +376,9 @@ func TestSchedulingGroup(t *testing.T) {
 }
 
 func TestGroupRuns(t *testing.T) {
-	gated := func(p *corev1.Pod) { p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: podkeys.AdmissionGate}} }
+	gated := func(p *corev1.Pod) {
+		p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: podkeys.AdmissionGate}}
+	}
 	ungated := func(p *corev1.Pod) { p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/other"}} }
 	ended := func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }
 	released := func(p *corev1.Pod) { p.Finalizers = nil }
