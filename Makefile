@@ -88,13 +88,14 @@ lint:
 	$(GO) vet ./...
 
 .PHONY: unit
-unit: ## Unit tests (no control plane), and one pass of each micro-benchmark so they keep working.
+unit: ## Unit tests (no control plane; every fuzz target's seed corpus), and one pass of each micro-benchmark so they keep working.
 	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v -e /test/)
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x ./services/admitter/internal/scheduler/
 	$(GO) test $(TEST_FLAGS) -tags sluice_crashpoints ./pkg/crashpoint/
-	$(MAKE) --no-print-directory fuzz FUZZTIME=3s
 
-# The fuzz targets, each run for FUZZTIME (make test runs them briefly).
+# The fuzz targets, each fuzzed for FUZZTIME by `make fuzz`. `make test`
+# runs their seed corpora, as plain tests: fuzzing needs every dependency
+# compiled again with coverage instrumentation, minutes with a cold cache.
 FUZZ_TARGETS := FuzzParseTotalCount:./pkg/podgroup/ FuzzParseSets:./pkg/podgroup/ FuzzCompute:./pkg/rolehash/
 FUZZTIME ?= 60s
 
@@ -111,7 +112,7 @@ integration: cluster-build ## Integration tests against a real API server.
 
 .PHONY: e2e
 e2e: cluster-build build ## End-to-end tests: the four services as processes on a local control plane.
-	$(GO) test $(TEST_FLAGS) -p 1 ./test/e2e/...
+	SLUICE_SERVICES_BIN=$(CURDIR)/bin $(GO) test $(TEST_FLAGS) -p 1 ./test/e2e/...
 
 .PHONY: bench
 bench: cluster-build build ## Burst pods through a running system (throughput, writes per pod), and time a scheduling cycle.
