@@ -7,6 +7,7 @@ package podgroup
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -87,4 +88,22 @@ func Declared(pod *corev1.Pod) bool {
 	_, hasRole := pod.Labels[podkeys.PodGroupRoleLabel]
 	_, hasCount := pod.Annotations[podkeys.PodGroupTotalCountAnnotation]
 	return hasRole && !hasCount
+}
+
+// Active reports whether pod counts toward its group: it has not failed,
+// and it is not being deleted before it reached a node (such a pod never
+// runs).
+func Active(pod *corev1.Pod) bool {
+	if pod.Status.Phase == corev1.PodFailed {
+		return false
+	}
+	return pod.DeletionTimestamp == nil || pod.Spec.NodeName != ""
+}
+
+// Released reports whether pod ended and sluice's finalizer is off it:
+// sluice is done with it, and it belongs to a run of its group that is
+// over.
+func Released(pod *corev1.Pod) bool {
+	ended := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+	return ended && !slices.Contains(pod.Finalizers, podkeys.ManagedFinalizer)
 }

@@ -40,7 +40,7 @@ func RolesOf(pods []*corev1.Pod) Roles {
 func declaring(pods []*corev1.Pod) []*corev1.Pod {
 	var out []*corev1.Pod
 	for _, p := range pods {
-		if _, ok := p.Annotations[podkeys.PodGroupSetsAnnotation]; ok && Active(p) {
+		if _, ok := p.Annotations[podkeys.PodGroupSetsAnnotation]; ok && podgroup.Active(p) {
 			out = append(out, p)
 		}
 	}
@@ -108,5 +108,5 @@ func assembleDeclared(namespace, name string, pods []*corev1.Pod) (*Assembly, er
 }
 
 func activeOf(pods []*corev1.Pod) []*corev1.Pod {
-	return slices.DeleteFunc(slices.Clone(pods), func(p *corev1.Pod) bool { return !Active(p) })
+	return slices.DeleteFunc(slices.Clone(pods), func(p *corev1.Pod) bool { return !podgroup.Active(p) })
 }

@@ -29,23 +29,6 @@ import (
 // Workload API's limit of pod sets.
 const MaxRoles = podgroup.MaxPodSets
 
-// Active reports whether pod counts toward its group: it has not failed,
-// and it is not being deleted before it reached a node (such a pod never
-// runs).
-func Active(pod *corev1.Pod) bool {
-	if pod.Status.Phase == corev1.PodFailed {
-		return false
-	}
-	return pod.DeletionTimestamp == nil || pod.Spec.NodeName != ""
-}
-
-// Released reports whether pod ended and sluice's finalizer is off it:
-// sluice is done with it.
-func Released(pod *corev1.Pod) bool {
-	ended := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
-	return ended && !podpatch.HasFinalizer(pod)
-}
-
 // MismatchError says that a group's pods disagree on a key that must be
 // the same for all of them.
 type MismatchError struct {
@@ -113,7 +96,7 @@ func Assemble(namespace, name string, pods []*corev1.Pod, gangSize int32) (*Asse
 	// Pods that ended and that sluice let go of belong to a run that is
 	// over (the group comes back with new pods): they neither count nor
 	// need to agree.
-	pods = slices.DeleteFunc(slices.Clone(pods), Released)
+	pods = slices.DeleteFunc(slices.Clone(pods), podgroup.Released)
 	if len(pods) == 0 {
 		return nil, fmt.Errorf("group %s/%s: no pods", namespace, name)
 	}
@@ -296,11 +279,11 @@ func Observe(uid string, podSets map[string]int32, how Roles, pods []*corev1.Pod
 			r.declaring = true
 		}
 		switch {
-		case Active(p) && p.DeletionTimestamp != nil && p.Status.Phase != corev1.PodSucceeded:
+		case podgroup.Active(p) && p.DeletionTimestamp != nil && p.Status.Phase != corev1.PodSucceeded:
 			// Leaving: a replacement created meanwhile takes its place
 			// rather than being cut as excess.
 			running++
-		case Active(p):
+		case podgroup.Active(p):
 			r.active = append(r.active, p)
 			if p.Status.Phase == corev1.PodSucceeded {
 				succeeded++

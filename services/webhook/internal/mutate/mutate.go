@@ -197,9 +197,7 @@ func SchedulingGroup(pod *corev1.Pod) []jsonpatch.JsonPatchOperation {
 // pods.
 func GroupRuns(pods []*corev1.Pod) bool {
 	return slices.ContainsFunc(pods, func(p *corev1.Pod) bool {
-		ended := p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
-		released := ended && !slices.Contains(p.Finalizers, podkeys.ManagedFinalizer)
-		return !gated(p) && p.DeletionTimestamp == nil && !released
+		return !gated(p) && p.DeletionTimestamp == nil && !podgroup.Released(p)
 	})
 }
 

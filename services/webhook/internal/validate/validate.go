@@ -228,12 +228,7 @@ func Worker(pod *corev1.Pod, group []*corev1.Pod) field.ErrorList {
 // counts reports whether a pod of a group takes a place in it: it has not
 // failed, is not being deleted before it ran, and is not a pod of an
 // earlier run that ended and that sluice let go of.
-func counts(pod *corev1.Pod) bool {
-	if pod.Status.Phase == corev1.PodFailed || (pod.DeletionTimestamp != nil && pod.Spec.NodeName == "") {
-		return false
-	}
-	return !finished(pod) || slices.Contains(pod.Finalizers, podkeys.ManagedFinalizer)
-}
+func counts(pod *corev1.Pod) bool { return podgroup.Active(pod) && !podgroup.Released(pod) }
 
 // declaration checks a pod-group-sets annotation and that the pod
 // carrying it has a role of its own in it.
