@@ -30,12 +30,18 @@ type RequestCount struct {
 	Version     string
 	Resource    string
 	Subresource string
+	Scope       string // resource, namespace or cluster
+	DryRun      string // non-empty for dry-run requests, which change nothing
 	Code        string
 	Count       float64
 }
 
 // IsWrite reports whether the request changed (or tried to change) state.
+// Dry runs are not writes.
 func (r RequestCount) IsWrite() bool {
+	if r.DryRun != "" {
+		return false
+	}
 	switch r.Verb {
 	case "POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION":
 		return true
@@ -80,6 +86,10 @@ func ParseRequestCounts(text string) ([]RequestCount, error) {
 				rc.Resource = l.GetValue()
 			case "subresource":
 				rc.Subresource = l.GetValue()
+			case "scope":
+				rc.Scope = l.GetValue()
+			case "dry_run":
+				rc.DryRun = l.GetValue()
 			case "code":
 				rc.Code = l.GetValue()
 			}
@@ -90,13 +100,14 @@ func ParseRequestCounts(text string) ([]RequestCount, error) {
 }
 
 // SubtractCounts returns after minus before, series by series, dropping
-// series that did not change.
+// series that did not change. A series is every label the counts keep:
+// two series that differ only in scope or dry run are counted apart.
 func SubtractCounts(after, before []RequestCount) []RequestCount {
-	type key struct{ verb, group, version, resource, subresource, code string }
-	k := func(r RequestCount) key {
-		return key{r.Verb, r.Group, r.Version, r.Resource, r.Subresource, r.Code}
+	k := func(r RequestCount) RequestCount {
+		r.Count = 0
+		return r
 	}
-	prev := make(map[key]float64, len(before))
+	prev := make(map[RequestCount]float64, len(before))
 	for _, r := range before {
 		prev[k(r)] = r.Count
 	}

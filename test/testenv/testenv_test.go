@@ -474,29 +474,36 @@ func TestParseAndSubtractCounts(t *testing.T) {
 apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="",verb="POST",version="v1"} 7
 apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="status",verb="PATCH",version="v1"} 4
 apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="namespace",subresource="",verb="LIST",version="v1"} 2
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="cluster",subresource="",verb="LIST",version="v1"} 9
+apiserver_request_total{code="201",component="apiserver",dry_run="All",group="",resource="pods",scope="resource",subresource="",verb="POST",version="v1"} 3
 `
+	// The dry-run creates and the cluster-wide lists are series of their
+	// own: they neither hide nor are taken for the others.
 	before := []RequestCount{
-		{Verb: "POST", Resource: "pods", Version: "v1", Code: "201", Count: 5},
-		{Verb: "LIST", Resource: "pods", Version: "v1", Code: "200", Count: 2},
+		{Verb: "POST", Resource: "pods", Version: "v1", Scope: "resource", Code: "201", Count: 5},
+		{Verb: "LIST", Resource: "pods", Version: "v1", Scope: "namespace", Code: "200", Count: 2},
+		{Verb: "LIST", Resource: "pods", Version: "v1", Scope: "cluster", Code: "200", Count: 1},
+		{Verb: "POST", Resource: "pods", Version: "v1", Scope: "resource", DryRun: "All", Code: "201", Count: 1},
 	}
 	after, err := ParseRequestCounts(text)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
-		verb, subresource string
-		want              float64
-		write             bool
+		verb, subresource, dryRun string
+		want                      float64
+		write                     bool
 	}{
 		{verb: "POST", want: 2, write: true},
+		{verb: "POST", dryRun: "All", want: 2},
 		{verb: "PATCH", subresource: "status", want: 4, write: true},
-		{verb: "LIST", want: 0},
+		{verb: "LIST", want: 8},
 	}
 	diff := SubtractCounts(after, before)
 	for _, tt := range tests {
 		var got float64
 		for _, r := range diff {
-			if r.Verb == tt.verb && r.Subresource == tt.subresource {
+			if r.Verb == tt.verb && r.Subresource == tt.subresource && r.DryRun == tt.dryRun {
 				got += r.Count
 				if r.IsWrite() != tt.write {
 					t.Errorf("%s IsWrite = %v, want %v", tt.verb, r.IsWrite(), tt.write)
