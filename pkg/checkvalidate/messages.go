@@ -23,9 +23,10 @@ const (
 	MaxAnnotationsBytes = 256 * 1024
 )
 
-// ProviderInfo checks a GetProviderInfo answer: a name in reverse-DNS
-// form, contract versions that include ContractVersion, and capabilities
-// that are known, specified and not repeated.
+// ProviderInfo checks a GetProviderInfo answer: a name that is a DNS
+// subdomain, contract versions that include ContractVersion, and
+// capabilities that are specified and not repeated. Capabilities this
+// version does not know are allowed: a later v1 may add some.
 func ProviderInfo(info *checksv1.GetProviderInfoResponse) error {
 	if info == nil {
 		return ErrorList{{Detail: "GetProviderInfo response is missing"}}
@@ -54,8 +55,6 @@ func ProviderInfo(info *checksv1.GetProviderInfoResponse) error {
 		switch {
 		case cp == checksv1.Capability_CAPABILITY_UNSPECIFIED:
 			c.add(path, "CAPABILITY_UNSPECIFIED must not be sent")
-		case checksv1.Capability_name[int32(cp)] == "":
-			c.add(path, "unknown capability %d", cp)
 		case seen[cp]:
 			c.add(path, "%s is listed twice", cp)
 		}

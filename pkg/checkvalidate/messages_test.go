@@ -54,9 +54,9 @@ func TestProviderInfo(t *testing.T) {
 		{name: "unspecified capability", mutate: func(r *checksv1.GetProviderInfoResponse) {
 			r.Capabilities = append(r.Capabilities, checksv1.Capability_CAPABILITY_UNSPECIFIED)
 		}, wantErr: "capabilities[2]: CAPABILITY_UNSPECIFIED must not be sent"},
-		{name: "unknown capability", mutate: func(r *checksv1.GetProviderInfoResponse) {
+		{name: "unknown capability is allowed", mutate: func(r *checksv1.GetProviderInfoResponse) {
 			r.Capabilities = []checksv1.Capability{99}
-		}, wantErr: "capabilities[0]: unknown capability 99"},
+		}}, // a later v1 may add capabilities: older callers ignore them
 		{name: "repeated capability", mutate: func(r *checksv1.GetProviderInfoResponse) {
 			r.Capabilities = append(r.Capabilities, checksv1.Capability_CAPABILITY_RELEASE)
 		}, wantErr: "capabilities[2]: CAPABILITY_RELEASE is listed twice"},

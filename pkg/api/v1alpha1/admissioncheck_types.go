@@ -77,7 +77,7 @@ type AdmissionCheckStatus struct {
 
 // ProviderInfo is a provider's identity.
 type ProviderInfo struct {
-	// name of the provider, in reverse-DNS form.
+	// name of the provider, a DNS subdomain such as nodepool.checks.sluice.dev.
 	Name string `json:"name"`
 	// version of the provider's own software.
 	// +optional

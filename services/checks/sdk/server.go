@@ -48,7 +48,8 @@ type Prober interface {
 
 // Info is what the provider says of itself in GetProviderInfo.
 type Info struct {
-	// Name in reverse-DNS form, such as "budget.checks.example.com".
+	// Name is a DNS subdomain under a domain the vendor controls, such as
+	// "budget.checks.example.com".
 	Name string
 	// VendorVersion is the provider's own version, free-form.
 	VendorVersion string

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
@@ -153,7 +154,7 @@ func TestChecksHoldAdmissionUntilReady(t *testing.T) {
 	if len(wl.Status.AdmissionChecks) != 1 || wl.Status.AdmissionChecks[0].State != v1alpha1.CheckStatePending {
 		t.Fatalf("admissionChecks = %+v", wl.Status.AdmissionChecks)
 	}
-	wantKey := resp.GetUid() + "/" + wl.Status.Admission.ReservationID
+	wantKey := evaluationKey(types.UID(resp.GetUid()), wl.Status.Admission.ReservationID, check)
 	calls := fake.Calls()
 	if len(calls) == 0 || calls[0].GetEvaluationKey() != wantKey || calls[0].GetCheckName() != check {
 		t.Fatalf("first Evaluate = %v, want key %s", calls, wantKey)
@@ -337,7 +338,7 @@ func TestRestartContinuesChecksWithTheSameKey(t *testing.T) {
 	before := waitWorkload(ctx, t, st.ns, "survivor", "reserved", func(wl *v1alpha1.Workload) bool {
 		return isTrue(wl, v1alpha1.WorkloadQuotaReserved)
 	})
-	key := string(before.UID) + "/" + before.Status.Admission.ReservationID
+	key := evaluationKey(before.UID, before.Status.Admission.ReservationID, check)
 	// Another workload waits for the same quota: after the restart it must
 	// not be given the quota the survivor holds.
 	submit(ctx, t, st.ns, "rival", "1")
@@ -355,7 +356,7 @@ func TestRestartContinuesChecksWithTheSameKey(t *testing.T) {
 	after := waitWorkload(ctx, t, st.ns, "survivor", "admitted", func(wl *v1alpha1.Workload) bool {
 		return isTrue(wl, v1alpha1.WorkloadAdmitted)
 	})
-	if got := string(after.UID) + "/" + after.Status.Admission.ReservationID; got != key {
+	if got := evaluationKey(after.UID, after.Status.Admission.ReservationID, check); got != key {
 		t.Fatalf("reservation after restart %s, want the same %s", got, key)
 	}
 	for _, c := range fake.Calls() {

@@ -164,7 +164,7 @@ func TestReleaseRetriedUntilAcknowledged(t *testing.T) {
 	wl := waitWorkload(ctx, t, st.ns, "owed", "rejected", func(wl *v1alpha1.Workload) bool {
 		return isTrue(wl, v1alpha1.WorkloadEvicted) && wl.Status.Admission == nil
 	})
-	key := string(wl.UID) + "/" + wl.Status.PendingReleases[0].ReservationID
+	key := evaluationKey(wl.UID, wl.Status.PendingReleases[0].ReservationID, check)
 	attempts := func() int {
 		n := 0
 		for _, r := range fake.Releases() {

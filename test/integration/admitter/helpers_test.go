@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -101,6 +102,13 @@ func createQueues(ctx context.Context, t *testing.T, o queueOptions) setup {
 		Spec:       v1alpha1.LocalQueueSpec{ClusterQueue: st.cq},
 	})
 	return st
+}
+
+// evaluationKey is the key the admitter sends a check's provider for one
+// reservation of a workload: unique per check, so two checks on one
+// provider never share one.
+func evaluationKey(uid types.UID, reservationID, check string) string {
+	return string(uid) + "/" + reservationID + "/" + check
 }
 
 // newCheck creates an AdmissionCheck served at target with a short retry

@@ -10,9 +10,41 @@
 //     restarts and failovers, and a provider must answer a repeated call as
 //     it answered the first (or with a later, more final answer).
 //   - W3C trace context travels in the gRPC metadata (traceparent).
-//   - Keepalive: the caller pings at most once every 30 seconds; providers
-//     must permit that (grpc-go's default enforcement allows one ping every
-//     5 minutes and would close the connection).
+//   - Keepalive: the caller pings an idle connection every 30 seconds, with
+//     or without calls in flight. Providers must permit that: a server that
+//     answers with GOAWAY ENHANCE_YOUR_CALM ("too_many_pings") drops the
+//     caller's connection and fails calls in flight. grpc-go's default
+//     enforcement (one ping per 5 minutes, none without calls) does exactly
+//     that; set its keepalive.EnforcementPolicy to MinTime 20s and
+//     PermitWithoutStream true. @grpc/grpc-js servers accept pings by
+//     default.
+//   - Health: IdentityService.Probe is the contract's only health call. A
+//     provider may also serve grpc.health.v1 (for Kubernetes' own gRPC
+//     probes, say); sluice never calls it and conformance does not require
+//     it.
+//
+// Requests: the caller always sends well-formed requests (below), and a
+// provider must answer INVALID_ARGUMENT to one that is not, naming the
+// field:
+//   - EvaluateRequest: evaluation_key is not empty; workload is set, with a
+//     namespace and a name that are not empty; every pod set has a name
+//     that is not empty and unique in the workload.
+//   - ReleaseRequest: evaluation_key is not empty.
+// INVALID_ARGUMENT is also the answer to parameters the provider cannot
+// use; it is final for the request, so it must never be a transient error.
+//
+// Answers: the caller checks every answer against the rules stated on each
+// field of GetProviderInfoResponse and EvaluateResponse. An answer that
+// breaks one counts as no answer: the workload waits, with a message that
+// names the field and the rule. Names of syntaxes used below:
+//   - DNS subdomain: at most 253 characters of lowercase letters, digits,
+//     '-' and '.', each dot-separated part starting and ending with a letter
+//     or digit (RFC 1123).
+//   - qualified name: a Kubernetes label key, an optional DNS-subdomain
+//     prefix and '/', then a name of at most 63 characters of letters,
+//     digits, '-', '_' and '.', starting and ending with a letter or digit.
+//   - label value: empty, or at most 63 characters of letters, digits, '-',
+//     '_' and '.', starting and ending with a letter or digit.
 //
 // Errors: a gRPC error means "no answer", never "no". The caller treats
 //   INVALID_ARGUMENT, UNIMPLEMENTED          as final for this request and
@@ -55,7 +87,7 @@ const (
 type Capability int32
 
 const (
-	// CAPABILITY_UNSPECIFIED is never sent; callers ignore it.
+	// CAPABILITY_UNSPECIFIED is never sent.
 	Capability_CAPABILITY_UNSPECIFIED Capability = 0
 	// CAPABILITY_POD_SET_UPDATES: READY answers may carry pod_set_updates.
 	// Updates from providers without it are refused.
@@ -381,15 +413,20 @@ func (*GetProviderInfoRequest) Descriptor() ([]byte, []int) {
 // GetProviderInfoResponse is the provider's identity.
 type GetProviderInfoResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// name identifies the provider in reverse-DNS form, for example
-	// "nodepool.checks.sluice.dev". Required.
+	// name identifies the provider: a DNS subdomain under a domain the
+	// vendor controls, written as a host name is, for example
+	// "nodepool.checks.sluice.dev" or "budget.checks.example.com". Required.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// vendor_version is the version of the provider's own software, free-form.
 	VendorVersion string `protobuf:"bytes,2,opt,name=vendor_version,json=vendorVersion,proto3" json:"vendor_version,omitempty"`
 	// contract_versions lists the contract packages the provider serves, for
-	// example "sluice.checks.v1". Required; must include "sluice.checks.v1".
+	// example "sluice.checks.v1". Required; must include "sluice.checks.v1";
+	// no entry may be empty.
 	ContractVersions []string `protobuf:"bytes,3,rep,name=contract_versions,json=contractVersions,proto3" json:"contract_versions,omitempty"`
-	// capabilities lists the optional behaviours the provider has.
+	// capabilities lists the optional behaviours the provider has. Each at
+	// most once; CAPABILITY_UNSPECIFIED is never listed. A caller ignores
+	// values it does not know, so later versions of v1 can add capabilities
+	// without breaking older callers.
 	Capabilities  []Capability `protobuf:"varint,4,rep,packed,name=capabilities,proto3,enum=sluice.checks.v1.Capability" json:"capabilities,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -554,9 +591,13 @@ type EvaluateRequest struct {
 	// parameters are the AdmissionCheck's spec.parameters, as written there.
 	// Their meaning is the provider's; reject bad ones with INVALID_ARGUMENT.
 	Parameters *structpb.Struct `protobuf:"bytes,2,opt,name=parameters,proto3" json:"parameters,omitempty"`
-	// evaluation_key identifies this quota reservation of this workload. It
-	// is the same for every call about the same reservation and different
-	// for every new reservation, so a provider can key what it holds by it.
+	// evaluation_key identifies this check's evaluation of one quota
+	// reservation of one workload. It is the same for every call about the
+	// same check and reservation, and different for every other check and
+	// every other reservation: two AdmissionChecks served by one provider
+	// never share a key, so a provider can key what it holds by it alone,
+	// and a Release with it frees only what this check holds. It is opaque
+	// (do not parse it), at most 512 bytes, and required.
 	EvaluationKey string `protobuf:"bytes,3,opt,name=evaluation_key,json=evaluationKey,proto3" json:"evaluation_key,omitempty"`
 	// workload is what asks to start.
 	Workload      *Workload `protobuf:"bytes,4,opt,name=workload,proto3" json:"workload,omitempty"`
@@ -858,7 +899,10 @@ type EvaluateResponse struct {
 	// answer.
 	State State `protobuf:"varint,1,opt,name=state,proto3,enum=sluice.checks.v1.State" json:"state,omitempty"`
 	// reason is a short machine-readable reason in UpperCamelCase, such as
-	// "CapacityAvailable" or "BudgetExhausted".
+	// "CapacityAvailable" or "BudgetExhausted". Optional; when set, it has
+	// the syntax of a Kubernetes condition reason: at most 1024 characters of
+	// letters, digits, '_', ',' and ':', starting with a letter and ending
+	// with a letter, digit or '_'.
 	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	// message explains the answer to people; it is shown on the workload.
 	// At most 1024 bytes.
@@ -866,7 +910,7 @@ type EvaluateResponse struct {
 	// retry_after: for PENDING, when the caller should evaluate again
 	// (unset: the caller's own backoff, starting at one second); for RETRY,
 	// how long the workload waits before it is queued again (unset: at
-	// once). Ignored for READY and REJECTED.
+	// once). Ignored for READY and REJECTED. Never negative.
 	RetryAfter *durationpb.Duration `protobuf:"bytes,4,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	// pod_set_updates are added to the pods when the workload is admitted.
 	// Only with READY, and only from providers with
@@ -946,15 +990,17 @@ func (x *EvaluateResponse) GetPodSetUpdates() []*PodSetUpdate {
 // PodSetUpdate is what one check adds to one pod set's pods.
 type PodSetUpdate struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// name of the pod set.
+	// name of the pod set. Required.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// labels to add. Keys and values follow Kubernetes label syntax; keys
-	// under sluice.dev/ and kueue.x-k8s.io/ are reserved and refused.
+	// labels to add. Keys are qualified names and values label values; keys
+	// with the prefix sluice.dev/ or kueue.x-k8s.io/ are reserved and
+	// refused.
 	Labels map[string]string `protobuf:"bytes,2,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	// annotations to add. Keys follow Kubernetes syntax; reserved prefixes
-	// as for labels; at most 256 KiB in all.
+	// annotations to add. Keys are qualified names, reserved prefixes as for
+	// labels; values are free text; keys and values at most 256 KiB in all.
 	Annotations map[string]string `protobuf:"bytes,3,rep,name=annotations,proto3" json:"annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	// node_selector entries to add. Label syntax.
+	// node_selector entries to add. Keys are qualified names (reserved
+	// prefixes allowed) and values label values.
 	NodeSelector map[string]string `protobuf:"bytes,4,rep,name=node_selector,json=nodeSelector,proto3" json:"node_selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// tolerations to add; at most 8.
 	Tolerations   []*Toleration `protobuf:"bytes,5,rep,name=tolerations,proto3" json:"tolerations,omitempty"`
@@ -1030,13 +1076,17 @@ func (x *PodSetUpdate) GetTolerations() []*Toleration {
 // Toleration mirrors a Kubernetes toleration.
 type Toleration struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// key the toleration applies to; empty with OPERATOR_EXISTS matches all.
+	// key the toleration applies to: a qualified name. Required unless the
+	// operator is TOLERATION_OPERATOR_EXISTS, where empty matches every key.
 	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	// operator relates key and value.
+	// operator relates key and value; a value not listed in
+	// TolerationOperator is refused.
 	Operator TolerationOperator `protobuf:"varint,2,opt,name=operator,proto3,enum=sluice.checks.v1.TolerationOperator" json:"operator,omitempty"`
-	// value to match; must be empty with OPERATOR_EXISTS.
+	// value to match: a label value with TOLERATION_OPERATOR_EQUAL (or
+	// UNSPECIFIED); empty with TOLERATION_OPERATOR_EXISTS.
 	Value string `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
-	// effect to match; unspecified matches every effect.
+	// effect to match; unspecified matches every effect; a value not listed
+	// in TaintEffect is refused.
 	Effect TaintEffect `protobuf:"varint,4,opt,name=effect,proto3,enum=sluice.checks.v1.TaintEffect" json:"effect,omitempty"`
 	// toleration_seconds bounds how long a NoExecute taint is tolerated;
 	// only with TAINT_EFFECT_NO_EXECUTE.
@@ -1117,7 +1167,8 @@ type ReleaseRequest struct {
 	CheckName string `protobuf:"bytes,1,opt,name=check_name,json=checkName,proto3" json:"check_name,omitempty"`
 	// parameters are the AdmissionCheck's spec.parameters.
 	Parameters *structpb.Struct `protobuf:"bytes,2,opt,name=parameters,proto3" json:"parameters,omitempty"`
-	// evaluation_key of the reservation that is gone.
+	// evaluation_key of the check's evaluation that is gone, as Evaluate
+	// received it. Required.
 	EvaluationKey string `protobuf:"bytes,3,opt,name=evaluation_key,json=evaluationKey,proto3" json:"evaluation_key,omitempty"`
 	// namespace of the workload.
 	Namespace string `protobuf:"bytes,4,opt,name=namespace,proto3" json:"namespace,omitempty"`

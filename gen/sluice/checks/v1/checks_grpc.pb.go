@@ -10,9 +10,41 @@
 //     restarts and failovers, and a provider must answer a repeated call as
 //     it answered the first (or with a later, more final answer).
 //   - W3C trace context travels in the gRPC metadata (traceparent).
-//   - Keepalive: the caller pings at most once every 30 seconds; providers
-//     must permit that (grpc-go's default enforcement allows one ping every
-//     5 minutes and would close the connection).
+//   - Keepalive: the caller pings an idle connection every 30 seconds, with
+//     or without calls in flight. Providers must permit that: a server that
+//     answers with GOAWAY ENHANCE_YOUR_CALM ("too_many_pings") drops the
+//     caller's connection and fails calls in flight. grpc-go's default
+//     enforcement (one ping per 5 minutes, none without calls) does exactly
+//     that; set its keepalive.EnforcementPolicy to MinTime 20s and
+//     PermitWithoutStream true. @grpc/grpc-js servers accept pings by
+//     default.
+//   - Health: IdentityService.Probe is the contract's only health call. A
+//     provider may also serve grpc.health.v1 (for Kubernetes' own gRPC
+//     probes, say); sluice never calls it and conformance does not require
+//     it.
+//
+// Requests: the caller always sends well-formed requests (below), and a
+// provider must answer INVALID_ARGUMENT to one that is not, naming the
+// field:
+//   - EvaluateRequest: evaluation_key is not empty; workload is set, with a
+//     namespace and a name that are not empty; every pod set has a name
+//     that is not empty and unique in the workload.
+//   - ReleaseRequest: evaluation_key is not empty.
+// INVALID_ARGUMENT is also the answer to parameters the provider cannot
+// use; it is final for the request, so it must never be a transient error.
+//
+// Answers: the caller checks every answer against the rules stated on each
+// field of GetProviderInfoResponse and EvaluateResponse. An answer that
+// breaks one counts as no answer: the workload waits, with a message that
+// names the field and the rule. Names of syntaxes used below:
+//   - DNS subdomain: at most 253 characters of lowercase letters, digits,
+//     '-' and '.', each dot-separated part starting and ending with a letter
+//     or digit (RFC 1123).
+//   - qualified name: a Kubernetes label key, an optional DNS-subdomain
+//     prefix and '/', then a name of at most 63 characters of letters,
+//     digits, '-', '_' and '.', starting and ending with a letter or digit.
+//   - label value: empty, or at most 63 characters of letters, digits, '-',
+//     '_' and '.', starting and ending with a letter or digit.
 //
 // Errors: a gRPC error means "no answer", never "no". The caller treats
 //   INVALID_ARGUMENT, UNIMPLEMENTED          as final for this request and

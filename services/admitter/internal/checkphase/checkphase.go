@@ -322,10 +322,8 @@ func (o *Orchestrator) ask(ctx context.Context, wl *v1alpha1.Workload, names []s
 		return out
 	}
 	ctx = traceContext(ctx, wl)
-	req := &checksv1.EvaluateRequest{
-		EvaluationKey: workload.EvaluationKey(wl),
-		Workload:      workload.ToChecks(wl, w.flavors),
-	}
+	subject := workload.ToChecks(wl, w.flavors)
+	reservation := workload.ReservationID(wl)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, name := range names {
@@ -336,7 +334,11 @@ func (o *Orchestrator) ask(ctx context.Context, wl *v1alpha1.Workload, names []s
 			continue
 		}
 		wg.Go(func() {
-			ans := o.evaluate(ctx, ac, req)
+			ans := o.evaluate(ctx, ac, &checksv1.EvaluateRequest{
+				CheckName:     ac.Name,
+				EvaluationKey: workload.EvaluationKey(wl.UID, reservation, ac.Name),
+				Workload:      subject,
+			})
 			mu.Lock()
 			out[name] = ans
 			mu.Unlock()
@@ -346,17 +348,13 @@ func (o *Orchestrator) ask(ctx context.Context, wl *v1alpha1.Workload, names []s
 	return out
 }
 
-func (o *Orchestrator) evaluate(ctx context.Context, ac *v1alpha1.AdmissionCheck, base *checksv1.EvaluateRequest) checks.Answer {
+// evaluate asks ac's provider for req, adding the check's parameters.
+func (o *Orchestrator) evaluate(ctx context.Context, ac *v1alpha1.AdmissionCheck, req *checksv1.EvaluateRequest) checks.Answer {
 	params, err := checks.Parameters(ac)
 	if err != nil {
 		return checks.Answer{State: v1alpha1.CheckStatePending, Reason: "InvalidParameters", Message: err.Error(), NoAnswer: true, Final: true}
 	}
-	req := &checksv1.EvaluateRequest{
-		CheckName:     ac.Name,
-		Parameters:    params,
-		EvaluationKey: base.EvaluationKey,
-		Workload:      base.Workload,
-	}
+	req.Parameters = params
 	resp, err := o.cfg.Checks.Evaluate(ctx, ac, req)
 	ans := checks.Read(ac, req, resp, err)
 	if err == nil && ans.NoAnswer {

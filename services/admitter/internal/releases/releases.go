@@ -196,7 +196,7 @@ func (t *Tracker) send(ctx context.Context, it item) bool {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	err = t.cfg.Checks.Release(ctx, ac, &checksv1.ReleaseRequest{
-		CheckName: it.check, Parameters: params, EvaluationKey: string(it.uid) + "/" + it.reservationID,
+		CheckName: it.check, Parameters: params, EvaluationKey: workload.EvaluationKey(it.uid, it.reservationID, it.check),
 		Namespace: it.key.Namespace, Name: it.key.Name, Uid: string(it.uid), Reason: reasonProto(it.reason),
 	})
 	if err != nil {

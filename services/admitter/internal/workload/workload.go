@@ -66,13 +66,12 @@ func ReservationID(wl *v1alpha1.Workload) string {
 	return wl.Status.Admission.ReservationID
 }
 
-// EvaluationKey is the key providers see for the workload's current
-// reservation: "<uid>/<reservationID>"; empty without a reservation.
-func EvaluationKey(wl *v1alpha1.Workload) string {
-	if wl.Status.Admission == nil {
-		return ""
-	}
-	return string(wl.UID) + "/" + wl.Status.Admission.ReservationID
+// EvaluationKey is the key a check's provider sees for one reservation of
+// a workload: "<uid>/<reservationID>/<check>". The check is part of it so
+// that two AdmissionChecks served by one provider never share a key: the
+// contract lets a provider key what it holds by the evaluation key alone.
+func EvaluationKey(uid types.UID, reservationID, check string) string {
+	return string(uid) + "/" + reservationID + "/" + check
 }
 
 // NewReservationID returns a fresh random reservation id.

@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 )
@@ -51,5 +52,24 @@ func TestShrinkKeepsOnlyWhatAFinishedWorkloadNeeds(t *testing.T) {
 	}
 	if out, _ := Shrink(&corev1.Pod{}); out == nil {
 		t.Fatal("other objects must pass through")
+	}
+}
+
+func TestEvaluationKeyIsUniquePerCheckAndReservation(t *testing.T) {
+	keys := map[string]string{}
+	for _, uid := range []types.UID{"uid-1", "uid-2"} {
+		for _, res := range []string{"r1", "r2"} {
+			for _, check := range []string{"pool", "budget"} {
+				key := EvaluationKey(uid, res, check)
+				what := string(uid) + " " + res + " " + check
+				if other, dup := keys[key]; dup {
+					t.Fatalf("%s and %s share the key %q", other, what, key)
+				}
+				keys[key] = what
+				if again := EvaluationKey(uid, res, check); again != key {
+					t.Fatalf("%s: key %q, then %q", what, key, again)
+				}
+			}
+		}
 	}
 }
