@@ -181,7 +181,7 @@ func TestChecksHoldAdmissionUntilReady(t *testing.T) {
 	if wl.Status.AdmissionChecks[0].State != v1alpha1.CheckStateReady || len(wl.Status.AdmissionChecks[0].PodSetUpdates) != 1 {
 		t.Fatalf("check state = %+v", wl.Status.AdmissionChecks[0])
 	}
-	if got := wl.Status.Admission.ReservationID; resp.GetUid()+"/"+got != wantKey {
+	if got := wl.Status.Admission.ReservationID; evaluationKey(types.UID(resp.GetUid()), got, check) != wantKey {
 		t.Fatalf("reservation changed to %s while waiting", got)
 	}
 	d := w.wait(ctx, t, st.ns, "gated", admitterv1.Decision_ACTION_ADMIT)
@@ -407,7 +407,7 @@ func TestRetryEvictsAndRequeuesWithANewReservation(t *testing.T) {
 	admitted := waitWorkload(ctx, t, st.ns, "again", "admitted again", func(wl *v1alpha1.Workload) bool {
 		return isTrue(wl, v1alpha1.WorkloadAdmitted)
 	})
-	if key := string(admitted.UID) + "/" + admitted.Status.Admission.ReservationID; key == firstKey {
+	if key := evaluationKey(admitted.UID, admitted.Status.Admission.ReservationID, check); key == firstKey {
 		t.Fatalf("the new reservation reuses the evaluation key %s", key)
 	}
 	// Condition times have second precision.

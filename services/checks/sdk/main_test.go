@@ -1,0 +1,124 @@
+package sdk
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	checksv1 "github.com/sluice-dev/sluice/gen/sluice/checks/v1"
+)
+
+// syncBuffer is a bytes.Buffer safe for the server's goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func readyFunc(context.Context, *checksv1.EvaluateRequest) (*checksv1.EvaluateResponse, error) {
+	return Ready(), nil
+}
+
+func TestRunRefusesWhatCannotServe(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	good := Info{Name: "main.checks.example.com"}
+	tests := []struct {
+		name     string
+		args     []string
+		info     Info
+		wantCode int
+		wantLog  string
+	}{
+		{name: "unknown flag", args: []string{"--port", "1"}, info: good, wantCode: 2, wantLog: "flag provided but not defined: -port"},
+		{name: "invalid info", args: []string{"--addr", "127.0.0.1:0"}, info: Info{Name: "Not A DNS Name"}, wantCode: 1, wantLog: "invalid Info"},
+		{name: "address taken", args: []string{"--addr", taken.Addr().String()}, info: good, wantCode: 1, wantLog: "listen on --addr " + taken.Addr().String()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stderr syncBuffer
+			code := run(t.Context(), "provider", tt.args, &stderr, tt.info, EvaluateFunc(readyFunc))
+			if code != tt.wantCode {
+				t.Errorf("exit code %d, want %d; stderr:\n%s", code, tt.wantCode, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), tt.wantLog) {
+				t.Errorf("stderr does not say %q:\n%s", tt.wantLog, stderr.String())
+			}
+		})
+	}
+}
+
+// TestRunServesUntilCancelled serves an EvaluateFunc on a free port,
+// answers a call through it, and exits 0 once its context ends.
+func TestRunServesUntilCancelled(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+
+	ctx, cancel := context.WithCancel(t.Context())
+	var stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, "provider", []string{"--addr", addr}, &stderr, Info{Name: "main.checks.example.com"}, EvaluateFunc(readyFunc))
+	}()
+
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	callCtx, callCancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer callCancel()
+	resp, err := checksv1.NewCheckServiceClient(conn).Evaluate(callCtx, &checksv1.EvaluateRequest{
+		EvaluationKey: "uid/res/main",
+		Workload:      &checksv1.Workload{Namespace: "ns", Name: "w", PodSets: []*checksv1.PodSet{{Name: "main", Count: 1}}},
+	}, grpc.WaitForReady(true))
+	if err != nil {
+		t.Fatalf("Evaluate through Main's server: %v", err)
+	}
+	if resp.GetState() != checksv1.State_STATE_READY {
+		t.Fatalf("state %s, want STATE_READY", resp.GetState())
+	}
+	if err := (EvaluateFunc(readyFunc)).Release(t.Context(), &checksv1.ReleaseRequest{EvaluationKey: "k"}); err != nil {
+		t.Fatalf("EvaluateFunc.Release: %v", err)
+	}
+
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit code %d after cancel, want 0; stderr:\n%s", code, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not return after its context ended")
+	}
+	for _, want := range []string{`"msg":"serving sluice.checks.v1"`, `"addr":"` + addr + `"`, `"msg":"provider stopped"`} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("log does not contain %s:\n%s", want, stderr.String())
+		}
+	}
+}
