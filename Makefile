@@ -4,7 +4,7 @@
 #   make test     everything CI checks
 #
 # Other targets: up, down, cluster-up, cluster-down, build, generate, verify,
-# unit, integration, e2e, bench, fuzz, proto-release.
+# unit, integration, e2e, bench, fuzz, kit, proto-release.
 
 SHELL := /usr/bin/env bash -o pipefail
 GO ?= go
@@ -50,7 +50,24 @@ cluster-build: ## Build the control-plane binaries once (cached outside the clon
 build: ## Build the four services into bin/.
 	@mkdir -p bin
 	$(GO) build -o bin/ $(addprefix ./services/,$(SERVICES))
-	$(GO) build -o bin/ ./services/checks/conformance/cmd/sluice-check-conformance ./hack/sluice-demo
+	CGO_ENABLED=0 $(GO) build -o bin/ $(KIT_PKG)
+	$(GO) build -o bin/ ./hack/sluice-demo
+
+# The conformance kit is static (CGO_ENABLED=0), so that one download runs
+# on any machine of its OS and architecture.
+KIT_PKG := ./services/checks/conformance/cmd/sluice-check-conformance
+KIT_PLATFORMS := linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64
+
+.PHONY: kit
+kit: ## Cross-compile static sluice-check-conformance binaries and their SHA256SUMS into dist/.
+	@mkdir -p dist
+	@rm -f dist/sluice-check-conformance-* dist/SHA256SUMS
+	@for p in $(KIT_PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; ext=; [[ $$os == windows ]] && ext=.exe; \
+		out=dist/sluice-check-conformance-$$os-$$arch$$ext; echo "$$out"; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -o $$out $(KIT_PKG) || exit 1; \
+	done
+	cd dist && sha256sum sluice-check-conformance-* > SHA256SUMS
 
 .PHONY: generate
 generate: ## Regenerate gRPC code, deepcopy functions and CRDs.

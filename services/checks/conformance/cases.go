@@ -3,9 +3,9 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/proto"
 
 	checksv1 "github.com/sluice-dev/sluice/gen/sluice/checks/v1"
@@ -13,23 +13,33 @@ import (
 )
 
 // cases are run in this order; later ones use what earlier ones learned
-// (the capabilities, the first answer).
-func cases() []testCase {
-	return []testCase{
+// (the capabilities, the first answer). The fixtures come after the fixed
+// cases, and the soak, the slowest, comes last.
+func cases(fixtures []Fixture) []testCase {
+	cs := []testCase{
 		{"Identity/GetProviderInfo", getProviderInfo},
 		{"Identity/GetProviderInfoStable", getProviderInfoStable},
 		{"Identity/Probe", probe},
-		{"Health/Serving", healthServing},
 		{"Evaluate/ValidAnswer", evaluateValid},
 		{"Evaluate/Repeatable", evaluateRepeatable},
 		{"Evaluate/NewReservation", evaluateNewReservation},
-		{"Evaluate/MissingEvaluationKey", evaluateMissingKey},
-		{"Evaluate/MissingWorkload", evaluateMissingWorkload},
+		{"Evaluate/TwoChecksOneProvider", evaluateTwoChecks},
+		{"Evaluate/MissingEvaluationKey", malformedEvaluate("Evaluate without evaluation_key", func(r *checksv1.EvaluateRequest) { r.EvaluationKey = "" })},
+		{"Evaluate/MissingWorkload", malformedEvaluate("Evaluate without workload", func(r *checksv1.EvaluateRequest) { r.Workload = nil })},
+		{"Evaluate/MissingNamespace", malformedEvaluate("Evaluate with an empty workload.namespace", func(r *checksv1.EvaluateRequest) { r.Workload.Namespace = "" })},
+		{"Evaluate/MissingName", malformedEvaluate("Evaluate with an empty workload.name", func(r *checksv1.EvaluateRequest) { r.Workload.Name = "" })},
+		{"Evaluate/UnnamedPodSet", malformedEvaluate("Evaluate with a pod set without a name", withPodSets("main", ""))},
+		{"Evaluate/DuplicatePodSet", malformedEvaluate(`Evaluate with two pod sets named "main"`, withPodSets("main", "main"))},
 		{"Evaluate/PodSetUpdates", evaluatePodSetUpdates},
+		{"Release/MissingEvaluationKey", releaseMissingKey},
 		{"Release/UnknownKey", releaseUnknown},
 		{"Release/Twice", releaseTwice},
 		{"Release/ThenNewReservation", releaseThenNewReservation},
 	}
+	for _, f := range fixtures {
+		cs = append(cs, testCase{"Fixture/" + f.Name, f.run})
+	}
+	return append(cs, testCase{"Keepalive/Soak", keepaliveSoak})
 }
 
 func getProviderInfo(ctx context.Context, s *suite) error {
@@ -77,25 +87,10 @@ func probe(ctx context.Context, s *suite) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("Probe still answers ready=false (%q) after %s", resp.GetMessage(), s.opts.ReadyTimeout)
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
+		if err := sleep(ctx, 200*time.Millisecond); err != nil {
+			return err
 		}
 	}
-}
-
-func healthServing(ctx context.Context, s *suite) error {
-	cctx, cancel := s.call(ctx)
-	defer cancel()
-	resp, err := s.health.Check(cctx, &healthpb.HealthCheckRequest{})
-	if err != nil {
-		return fmt.Errorf("grpc.health.v1 Check failed: %w (serve the standard health service; Kubernetes probes use it)", err)
-	}
-	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-		return fmt.Errorf("grpc.health.v1 status is %s, want SERVING", resp.GetStatus())
-	}
-	return nil
 }
 
 func evaluateValid(ctx context.Context, s *suite) error {
@@ -128,22 +123,10 @@ func evaluateRepeatable(ctx context.Context, s *suite) error {
 	if again.GetState() != first.GetState() {
 		return fmt.Errorf("the same request was answered %s, then %s; a final answer must not change", first.GetState(), again.GetState())
 	}
-	if !sameUpdates(first.GetPodSetUpdates(), again.GetPodSetUpdates()) {
-		return fmt.Errorf("the same request got other pod_set_updates the second time: %v, then %v", first.GetPodSetUpdates(), again.GetPodSetUpdates())
+	if changes := answerChanges(first, again); changes != "" {
+		return fmt.Errorf("the same request got other pod_set_updates the second time (want: the first answer): %s; a final answer must not change", changes)
 	}
 	return nil
-}
-
-func sameUpdates(a, b []*checksv1.PodSetUpdate) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if !proto.Equal(a[i], b[i]) {
-			return false
-		}
-	}
-	return true
 }
 
 func evaluateNewReservation(ctx context.Context, s *suite) error {
@@ -151,22 +134,67 @@ func evaluateNewReservation(ctx context.Context, s *suite) error {
 	return err
 }
 
-func evaluateMissingKey(ctx context.Context, s *suite) error {
-	req := s.request("reservation-a")
-	req.EvaluationKey = ""
-	cctx, cancel := s.call(ctx)
-	defer cancel()
-	_, err := s.checks.Evaluate(cctx, req)
-	return wantInvalidArgument(err, "Evaluate without evaluation_key")
+// evaluateTwoChecks evaluates one reservation under two check names, as
+// sluice does when a provider serves two AdmissionChecks of one queue, and
+// releases the first: the second's final answer must not change, since
+// each check has its own evaluation key.
+func evaluateTwoChecks(ctx context.Context, s *suite) error {
+	first := s.requestFor(s.opts.CheckName, "reservation-f")
+	second := s.requestFor(s.opts.CheckName+"-second", "reservation-f")
+	if _, err := s.evaluate(ctx, first); err != nil {
+		return fmt.Errorf("check %q: %w", first.GetCheckName(), err)
+	}
+	before, err := s.evaluate(ctx, second)
+	if err != nil {
+		return fmt.Errorf("check %q, same reservation: %w", second.GetCheckName(), err)
+	}
+	if err := s.releaseCall(ctx, s.release(first, checksv1.ReleaseReason_RELEASE_REASON_CHECK_REMOVED)); err != nil {
+		return fmt.Errorf("Release of check %q's key %q failed: %w", first.GetCheckName(), first.GetEvaluationKey(), err)
+	}
+	after, err := s.evaluate(ctx, second)
+	if err != nil {
+		return fmt.Errorf("check %q after check %q's key was released: %w", second.GetCheckName(), first.GetCheckName(), err)
+	}
+	if before.GetState() == checksv1.State_STATE_PENDING {
+		return nil
+	}
+	if changes := answerChanges(before, after); changes != "" {
+		return fmt.Errorf("check %q (key %q) answered otherwise after a Release of check %q's key %q: %s; a Release frees only what its own key holds, so key what you hold by the whole evaluation key",
+			second.GetCheckName(), second.GetEvaluationKey(), first.GetCheckName(), first.GetEvaluationKey(), changes)
+	}
+	return nil
 }
 
-func evaluateMissingWorkload(ctx context.Context, s *suite) error {
-	req := s.request("reservation-a")
-	req.Workload = nil
-	cctx, cancel := s.call(ctx)
-	defer cancel()
-	_, err := s.checks.Evaluate(cctx, req)
-	return wantInvalidArgument(err, "Evaluate without workload")
+// answerChanges says how a final answer changed, field by field, with the
+// earlier answer as "want"; "" when it did not.
+func answerChanges(before, after *checksv1.EvaluateResponse) string {
+	if before.GetState() != after.GetState() {
+		return fmt.Sprintf("state: want %s, got %s", before.GetState(), after.GetState())
+	}
+	return strings.Join(diffUpdates(before.GetPodSetUpdates(), after.GetPodSetUpdates()), "; ")
+}
+
+// malformedEvaluate is a case that sends a valid request broken by
+// breakIt, which the contract says must be answered INVALID_ARGUMENT.
+func malformedEvaluate(what string, breakIt func(*checksv1.EvaluateRequest)) func(context.Context, *suite) error {
+	return func(ctx context.Context, s *suite) error {
+		req := s.request("reservation-malformed")
+		breakIt(req)
+		cctx, cancel := s.call(ctx)
+		defer cancel()
+		_, err := s.checks.Evaluate(cctx, req)
+		return wantInvalidArgument(err, what)
+	}
+}
+
+// withPodSets replaces the request's pod sets with sample ones named so.
+func withPodSets(names ...string) func(*checksv1.EvaluateRequest) {
+	return func(r *checksv1.EvaluateRequest) {
+		r.Workload.PodSets = nil
+		for i, n := range names {
+			r.Workload.PodSets = append(r.Workload.PodSets, samplePodSet(n, int32(i+1)))
+		}
+	}
 }
 
 func evaluatePodSetUpdates(ctx context.Context, s *suite) error {
@@ -180,8 +208,14 @@ func evaluatePodSetUpdates(ctx context.Context, s *suite) error {
 	return nil
 }
 
+func releaseMissingKey(ctx context.Context, s *suite) error {
+	req := s.release(s.request("reservation-a"), checksv1.ReleaseReason_RELEASE_REASON_DELETED)
+	req.EvaluationKey = ""
+	return wantInvalidArgument(s.releaseCall(ctx, req), "Release without evaluation_key")
+}
+
 func releaseUnknown(ctx context.Context, s *suite) error {
-	req := s.release(s.request("never-evaluated-"+randomHex(8)), checksv1.ReleaseReason_RELEASE_REASON_DELETED)
+	req := s.release(s.request("never-evaluated"), checksv1.ReleaseReason_RELEASE_REASON_DELETED)
 	if err := s.releaseCall(ctx, req); err != nil {
 		return fmt.Errorf("Release of a key never evaluated failed: %w; releasing an unknown key must succeed", err)
 	}
@@ -213,4 +247,16 @@ func releaseThenNewReservation(ctx context.Context, s *suite) error {
 		return fmt.Errorf("new reservation after Release: %w", err)
 	}
 	return nil
+}
+
+// sleep waits for d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }

@@ -6,14 +6,15 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"iter"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -29,17 +30,26 @@ const (
 	DefaultCheckName    = "conformance"
 	DefaultTimeout      = 10 * time.Second
 	DefaultReadyTimeout = 30 * time.Second
+	// DefaultKeepaliveTime is how often sluice's admitter pings an idle
+	// provider connection.
+	DefaultKeepaliveTime = 30 * time.Second
 )
+
+// keepaliveTimeout is how long sluice waits for a ping's answer before it
+// drops the connection.
+const keepaliveTimeout = 10 * time.Second
 
 // Options say how to call the provider.
 type Options struct {
 	// CheckName is sent as check_name (default DefaultCheckName).
+	// Evaluate/TwoChecksOneProvider also sends CheckName+"-second".
 	CheckName string
 	// Parameters are sent as the AdmissionCheck's parameters; give what
 	// your provider needs to answer.
 	Parameters *structpb.Struct
 	// Timeout is the deadline of each call (default DefaultTimeout, as
-	// sluice's default AdmissionCheck timeout).
+	// sluice's default AdmissionCheck timeout). It also bounds how long a
+	// fixture's PENDING answer is asked again (see Fixture).
 	Timeout time.Duration
 	// ReadyTimeout bounds how long Probe may answer ready=false before the
 	// provider counts as never ready (default DefaultReadyTimeout).
@@ -47,6 +57,18 @@ type Options struct {
 	// Workload replaces the sample workload sent with Evaluate. Its
 	// namespace, name and uid are filled in when empty.
 	Workload *checksv1.Workload
+	// Fixtures are requests with the answers they must get, one case
+	// each, named "Fixture/<name>". See Fixture and ParseFixtures.
+	Fixtures []Fixture
+	// KeepaliveSoak is how long Keepalive/Soak holds an idle connection
+	// open; 0 skips the case. To catch grpc-go's default enforcement
+	// policy, which closes the connection at the third idle ping, it must
+	// outlast three pings: with sluice's 30s, 100s or more.
+	KeepaliveSoak time.Duration
+	// KeepaliveTime is how often the soak's connection pings while idle
+	// (default DefaultKeepaliveTime, sluice's). grpc-go clients raise
+	// anything under 10s to 10s.
+	KeepaliveTime time.Duration
 }
 
 // Outcome of one case.
@@ -80,12 +102,18 @@ type Result struct {
 }
 
 // Dial connects to a provider the way sluice does: plaintext, pinging an
-// idle connection every 30 seconds.
+// idle connection every 30 seconds, with or without calls in flight.
 func Dial(target string) (*grpc.ClientConn, error) {
-	conn, err := grpc.NewClient(target,
+	return dial(target, DefaultKeepaliveTime)
+}
+
+// dial is Dial with another ping interval and more options.
+func dial(target string, keepaliveTime time.Duration, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
+	opts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
-	)
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout, PermitWithoutStream: true}),
+	}, extra...)
+	conn, err := grpc.NewClient(target, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", target, err)
 	}
@@ -96,7 +124,7 @@ func Dial(target string) (*grpc.ClientConn, error) {
 func Run(t *testing.T, conn grpc.ClientConnInterface, opts Options) {
 	t.Helper()
 	s := newSuite(conn, opts)
-	for _, c := range cases() {
+	for _, c := range s.cases() {
 		t.Run(c.name, func(t *testing.T) {
 			r := s.run(t.Context(), c)
 			switch r.Outcome {
@@ -111,18 +139,27 @@ func Run(t *testing.T, conn grpc.ClientConnInterface, opts Options) {
 
 // RunAll runs every case in order and returns their results.
 func RunAll(ctx context.Context, conn grpc.ClientConnInterface, opts Options) []Result {
-	s := newSuite(conn, opts)
-	var results []Result
-	for _, c := range cases() {
-		results = append(results, s.run(ctx, c))
-	}
-	return results
+	return slices.Collect(Results(ctx, conn, opts))
 }
 
-// CaseNames lists the cases in the order they run.
-func CaseNames() []string {
+// Results runs the cases in order and yields each result as its case
+// ends; stopping the range stops the run.
+func Results(ctx context.Context, conn grpc.ClientConnInterface, opts Options) iter.Seq[Result] {
+	return func(yield func(Result) bool) {
+		s := newSuite(conn, opts)
+		for _, c := range s.cases() {
+			if !yield(s.run(ctx, c)) {
+				return
+			}
+		}
+	}
+}
+
+// CaseNames lists the cases in the order they run, with one case for each
+// of the fixtures.
+func CaseNames(fixtures ...Fixture) []string {
 	var names []string
-	for _, c := range cases() {
+	for _, c := range cases(fixtures) {
 		names = append(names, c.name)
 	}
 	return names
@@ -141,14 +178,16 @@ type testCase struct {
 // suite holds the clients and what earlier cases learned.
 type suite struct {
 	opts     Options
+	conn     grpc.ClientConnInterface
 	identity checksv1.IdentityServiceClient
 	checks   checksv1.CheckServiceClient
-	health   healthpb.HealthClient
 	runID    string
 	created  time.Time
 
+	reservations map[string]string // reservation ids by the cases' labels
+
 	info  *checksv1.GetProviderInfoResponse // first GetProviderInfo answer, valid or not
-	first *checksv1.EvaluateResponse        // answer to request("a")
+	first *checksv1.EvaluateResponse        // answer to request("reservation-a")
 }
 
 func newSuite(conn grpc.ClientConnInterface, opts Options) *suite {
@@ -161,15 +200,21 @@ func newSuite(conn grpc.ClientConnInterface, opts Options) *suite {
 	if opts.ReadyTimeout <= 0 {
 		opts.ReadyTimeout = DefaultReadyTimeout
 	}
+	if opts.KeepaliveTime <= 0 {
+		opts.KeepaliveTime = DefaultKeepaliveTime
+	}
 	return &suite{
-		opts:     opts,
-		identity: checksv1.NewIdentityServiceClient(conn),
-		checks:   checksv1.NewCheckServiceClient(conn),
-		health:   healthpb.NewHealthClient(conn),
-		runID:    randomHex(5),
-		created:  time.Now().Truncate(time.Second),
+		opts:         opts,
+		conn:         conn,
+		identity:     checksv1.NewIdentityServiceClient(conn),
+		checks:       checksv1.NewCheckServiceClient(conn),
+		runID:        randomHex(5),
+		created:      time.Now().Truncate(time.Second),
+		reservations: map[string]string{},
 	}
 }
+
+func (s *suite) cases() []testCase { return cases(s.opts.Fixtures) }
 
 func (s *suite) run(ctx context.Context, c testCase) Result {
 	start := time.Now()
@@ -196,6 +241,19 @@ func (s *suite) has(c checksv1.Capability) bool { return slices.Contains(s.caps(
 // workload is the sample workload, or Options.Workload, with the given
 // pod sets (none: keep the template's).
 func (s *suite) workload(podSets ...string) *checksv1.Workload {
+	w := s.fill(s.opts.Workload)
+	if len(podSets) > 0 {
+		w.PodSets = nil
+		for i, n := range podSets {
+			w.PodSets = append(w.PodSets, samplePodSet(n, int32(i+1)))
+		}
+	}
+	return w
+}
+
+// fill returns a copy of template with its namespace, name and uid filled
+// in from the sample workload when empty; a nil template is the sample.
+func (s *suite) fill(template *checksv1.Workload) *checksv1.Workload {
 	w := &checksv1.Workload{
 		Namespace:         "conformance",
 		Name:              "pod-sample-" + s.runID,
@@ -207,26 +265,20 @@ func (s *suite) workload(podSets ...string) *checksv1.Workload {
 		CreateTime:        timestamppb.New(s.created),
 		PodSets:           []*checksv1.PodSet{samplePodSet("main", 1)},
 	}
-	if s.opts.Workload != nil {
-		t := proto.Clone(s.opts.Workload).(*checksv1.Workload)
-		if t.GetNamespace() == "" {
-			t.Namespace = w.Namespace
-		}
-		if t.GetName() == "" {
-			t.Name = w.Name
-		}
-		if t.GetUid() == "" {
-			t.Uid = w.Uid
-		}
-		w = t
+	if template == nil {
+		return w
 	}
-	if len(podSets) > 0 {
-		w.PodSets = nil
-		for i, n := range podSets {
-			w.PodSets = append(w.PodSets, samplePodSet(n, int32(i+1)))
-		}
+	t := proto.Clone(template).(*checksv1.Workload)
+	if t.GetNamespace() == "" {
+		t.Namespace = w.Namespace
 	}
-	return w
+	if t.GetName() == "" {
+		t.Name = w.Name
+	}
+	if t.GetUid() == "" {
+		t.Uid = w.Uid
+	}
+	return t
 }
 
 func samplePodSet(name string, count int32) *checksv1.PodSet {
@@ -241,13 +293,36 @@ func samplePodSet(name string, count int32) *checksv1.PodSet {
 	}
 }
 
-// request is an Evaluate request for reservation res of the workload.
+// reservation returns the reservation id the cases call label: random, as
+// sluice's are, and the same for the whole run.
+func (s *suite) reservation(label string) string {
+	id, ok := s.reservations[label]
+	if !ok {
+		id = randomHex(16)
+		s.reservations[label] = id
+	}
+	return id
+}
+
+// evaluationKey is the key sluice sends for one check's evaluation of one
+// reservation: "<workload uid>/<reservation id>/<check name>".
+func (s *suite) evaluationKey(w *checksv1.Workload, res, check string) string {
+	return w.GetUid() + "/" + s.reservation(res) + "/" + check
+}
+
+// request is an Evaluate request of the configured check for reservation
+// res of the workload.
 func (s *suite) request(res string, podSets ...string) *checksv1.EvaluateRequest {
+	return s.requestFor(s.opts.CheckName, res, podSets...)
+}
+
+// requestFor is request for another check name, with the same parameters.
+func (s *suite) requestFor(check, res string, podSets ...string) *checksv1.EvaluateRequest {
 	w := s.workload(podSets...)
 	return &checksv1.EvaluateRequest{
-		CheckName:     s.opts.CheckName,
+		CheckName:     check,
 		Parameters:    s.opts.Parameters,
-		EvaluationKey: w.GetUid() + "/" + res,
+		EvaluationKey: s.evaluationKey(w, res, check),
 		Workload:      w,
 	}
 }
@@ -288,17 +363,36 @@ func (s *suite) releaseCall(ctx context.Context, req *checksv1.ReleaseRequest) e
 	return err
 }
 
+// wantInvalidArgument judges the answer to a malformed request: the
+// contract requires INVALID_ARGUMENT.
 func wantInvalidArgument(err error, what string) error {
+	if err == nil {
+		return fmt.Errorf("%s was answered; want INVALID_ARGUMENT naming the field (the contract's request rules)", what)
+	}
 	if code := status.Code(err); code != codes.InvalidArgument {
-		return fmt.Errorf("%s: got %s (%v), want INVALID_ARGUMENT", what, code, err)
+		return fmt.Errorf("%s: got %s (%v), want INVALID_ARGUMENT", what, codeName(code), err)
 	}
 	return nil
+}
+
+// codeName is a gRPC code as the contract and the fixtures write it, such
+// as INVALID_ARGUMENT.
+func codeName(c codes.Code) string {
+	var b strings.Builder
+	name := c.String()
+	for i, r := range name {
+		if i > 0 && r >= 'A' && r <= 'Z' && name[i-1] >= 'a' && name[i-1] <= 'z' {
+			b.WriteByte('_')
+		}
+		b.WriteRune(r)
+	}
+	return strings.ToUpper(b.String())
 }
 
 func randomHex(n int) string {
 	b := make([]byte, (n+1)/2)
 	if _, err := rand.Read(b); err != nil {
-		return "00000"[:n]
+		return strings.Repeat("0", n)
 	}
 	return hex.EncodeToString(b)[:n]
 }

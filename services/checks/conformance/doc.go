@@ -4,10 +4,21 @@
 // or from the command line with sluice-check-conformance:
 //
 //	sluice-check-conformance --target 127.0.0.1:9091 --check-name pool \
-//	    --parameters '{"nodeLabels": {"pool": "a100"}}'
+//	    --parameters '{"nodeLabels": {"pool": "a100"}}' \
+//	    --fixtures fixtures.json --keepalive-soak 100s
 //
-// The cases call the provider the way sluice's admitter does and check the
-// answers with pkg/checkvalidate, the same rules the admitter applies. Cases
-// for capabilities the provider does not advertise are skipped, with the
-// reason. The kit imports no Kubernetes module.
+// The cases call the provider the way sluice's admitter does, with the
+// same evaluation keys ("<workload uid>/<reservation id>/<check name>"),
+// and check the answers with pkg/checkvalidate, the same rules the
+// admitter applies. They also send each kind of malformed request the
+// contract names, which must be answered INVALID_ARGUMENT. Cases for
+// capabilities the provider does not advertise are skipped, with the
+// reason.
+//
+// The generic cases can only tell that an answer is valid; fixtures (see
+// Fixture) say what the answer to a given request must be, field by
+// field, as it arrives on the wire. The keepalive soak (Options.
+// KeepaliveSoak) holds an idle connection open through sluice's pings.
+//
+// The kit imports no Kubernetes module.
 package conformance

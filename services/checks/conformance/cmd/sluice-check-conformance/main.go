@@ -1,14 +1,21 @@
 // Command sluice-check-conformance runs the sluice.checks.v1 conformance
-// kit against a running provider and prints one line per case:
+// kit against a running provider and prints one line per case as it
+// ends:
 //
 //	sluice-check-conformance --target 127.0.0.1:9091 \
-//	    --check-name pool --parameters '{"nodeLabels": {"pool": "a100"}}'
+//	    --check-name pool --parameters '{"nodeLabels": {"pool": "a100"}}' \
+//	    --fixtures fixtures.json --keepalive-soak 100s
 //
-// It exits 0 when no case failed, 1 when one did and 2 on bad flags.
+// --fixtures names a JSON file of requests and the answers they must get
+// (the format is documented on conformance.Fixture); --keepalive-soak
+// holds an idle connection open that long through sluice's keepalive
+// pings. It exits 0 when no case failed, 1 when one did and 2 on bad flags
+// or a bad fixtures file.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -30,40 +37,76 @@ func main() {
 	os.Exit(code)
 }
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// errUsage is parseFlags' error when the flag package has already said
+// what is wrong.
+var errUsage = errors.New("usage")
+
+// flags are the command's flags, parsed.
+type flags struct {
+	target   string
+	opts     conformance.Options
+	params   string
+	fixtures string
+}
+
+func parseFlags(args []string, stderr io.Writer) (*flags, error) {
+	f := &flags{}
 	fs := flag.NewFlagSet("sluice-check-conformance", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	target := fs.String("target", "", "gRPC target of the provider, such as 127.0.0.1:9091 or dns:///checks.example:9091 (required)")
-	checkName := fs.String("check-name", conformance.DefaultCheckName, "check_name sent with every call")
-	params := fs.String("parameters", "", "parameters sent with every call, as a JSON object (the AdmissionCheck's spec.parameters)")
-	timeout := fs.Duration("timeout", conformance.DefaultTimeout, "deadline of each call")
-	readyTimeout := fs.Duration("ready-timeout", conformance.DefaultReadyTimeout, "how long Probe may answer ready=false")
+	fs.StringVar(&f.target, "target", "", "gRPC target of the provider, such as 127.0.0.1:9091 or dns:///checks.example:9091 (required)")
+	fs.StringVar(&f.opts.CheckName, "check-name", conformance.DefaultCheckName, "check_name sent with every call")
+	fs.StringVar(&f.params, "parameters", "", "parameters sent with every call, as a JSON object (the AdmissionCheck's spec.parameters)")
+	fs.DurationVar(&f.opts.Timeout, "timeout", conformance.DefaultTimeout, "deadline of each call; also how long a fixture's PENDING answer is asked again")
+	fs.DurationVar(&f.opts.ReadyTimeout, "ready-timeout", conformance.DefaultReadyTimeout, "how long Probe may answer ready=false")
+	fs.StringVar(&f.fixtures, "fixtures", "", "JSON file of requests and the answers they must get, one case each")
+	fs.DurationVar(&f.opts.KeepaliveSoak, "keepalive-soak", 0, "hold an idle connection open this long through sluice's 30s pings, such as 100s (0: skip)")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return nil, errUsage
 	}
-	if *target == "" {
-		fmt.Fprintln(stderr, "--target is required: the provider's gRPC address, such as 127.0.0.1:9091")
-		return 2
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q: every input is a flag", fs.Args())
 	}
-	opts := conformance.Options{CheckName: *checkName, Timeout: *timeout, ReadyTimeout: *readyTimeout}
-	if *params != "" {
+	if f.target == "" {
+		return nil, errors.New("--target is required: the provider's gRPC address, such as 127.0.0.1:9091")
+	}
+	if f.opts.KeepaliveSoak < 0 {
+		return nil, fmt.Errorf("--keepalive-soak must not be negative, got %s", f.opts.KeepaliveSoak)
+	}
+	if f.params != "" {
 		s := &structpb.Struct{}
-		if err := protojson.Unmarshal([]byte(*params), s); err != nil {
-			fmt.Fprintf(stderr, "--parameters must be a JSON object: %v\n", err)
-			return 2
+		if err := protojson.Unmarshal([]byte(f.params), s); err != nil {
+			return nil, fmt.Errorf("--parameters must be a JSON object: %w", err)
 		}
-		opts.Parameters = s
+		f.opts.Parameters = s
 	}
-	conn, err := conformance.Dial(*target)
+	if f.fixtures != "" {
+		fixtures, err := conformance.LoadFixtures(f.fixtures)
+		if err != nil {
+			return nil, fmt.Errorf("--fixtures: %w", err)
+		}
+		f.opts.Fixtures = fixtures
+	}
+	return f, nil
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	f, err := parseFlags(args, stderr)
+	if err != nil {
+		if !errors.Is(err, errUsage) {
+			fmt.Fprintln(stderr, err)
+		}
+		return 2
+	}
+	conn, err := conformance.Dial(f.target)
 	if err != nil {
 		fmt.Fprintf(stderr, "--target: %v\n", err)
 		return 2
 	}
 	defer conn.Close()
 
-	fmt.Fprintf(stdout, "sluice.checks.v1 conformance: %s\n", *target)
+	fmt.Fprintf(stdout, "sluice.checks.v1 conformance: %s\n", f.target)
 	var passed, failed, skipped int
-	for _, r := range conformance.RunAll(ctx, conn, opts) {
+	for r := range conformance.Results(ctx, conn, f.opts) {
 		switch r.Outcome {
 		case conformance.Passed:
 			passed++

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -30,8 +32,27 @@ func startNodepool(t *testing.T) string {
 	return lis.Addr().String()
 }
 
+// writeFile writes content to name in a fresh directory and returns its
+// path.
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 func TestRun(t *testing.T) {
 	target := startNodepool(t)
+	pool := []string{"--target", target, "--check-name", "pool", "--parameters", `{"nodeLabels": {"pool": "a100"}}`, "--timeout", "5s"}
+	good := writeFile(t, "good.json", `{"fixtures": [
+	  {"name": "a100", "expect": {"state": "STATE_READY", "reason": "NodePoolAssigned",
+	   "podSetUpdates": [{"name": "main", "labels": {"nodepool.sluice.dev/pool": "a100"}, "nodeSelector": {"pool": "a100"}}]}},
+	  {"name": "no-node-labels", "parameters": {}, "expect": {"code": "INVALID_ARGUMENT"}}]}`)
+	wrong := writeFile(t, "wrong.json", `{"fixtures": [
+	  {"name": "v100", "expect": {"state": "STATE_READY", "podSetUpdates": [{"name": "main", "labels": {"nodepool.sluice.dev/pool": "a100"}, "nodeSelector": {"pool": "v100"}}]}}]}`)
+	malformed := writeFile(t, "malformed.json", `{"fixtures": [{"name": "a100", "expect": {"state": "READY"}}]}`)
 	tests := []struct {
 		name     string
 		args     []string
@@ -41,13 +62,27 @@ func TestRun(t *testing.T) {
 	}{
 		{
 			name:     "conformant",
-			args:     []string{"--target", target, "--check-name", "pool", "--parameters", `{"nodeLabels": {"pool": "a100"}}`, "--timeout", "5s"},
+			args:     append(pool[:len(pool):len(pool)], "--fixtures", good, "--keepalive-soak", "1s"),
 			wantCode: 0,
 			wantOut: []string{
-				"PASS  Identity/GetProviderInfo", "PASS  Evaluate/Repeatable", "PASS  Release/Twice",
+				"PASS  Identity/GetProviderInfo", "PASS  Evaluate/Repeatable", "PASS  Evaluate/TwoChecksOneProvider",
+				"PASS  Evaluate/DuplicatePodSet", "PASS  Release/MissingEvaluationKey", "PASS  Release/Twice",
 				"SKIP  Release/ThenNewReservation: provider does not advertise CAPABILITY_RELEASE",
-				"12 passed, 0 failed, 1 skipped",
+				"PASS  Fixture/a100", "PASS  Fixture/no-node-labels", "PASS  Keepalive/Soak",
+				"20 passed, 0 failed, 1 skipped",
 			},
+		},
+		{
+			name:     "soak off",
+			args:     pool,
+			wantCode: 0,
+			wantOut:  []string{"SKIP  Keepalive/Soak: the keepalive soak is off; --keepalive-soak 100s", "17 passed, 0 failed, 2 skipped"},
+		},
+		{
+			name:     "fixture not met",
+			args:     append(pool[:len(pool):len(pool)], "--fixtures", wrong),
+			wantCode: 1,
+			wantOut:  []string{"FAIL  Fixture/v100", `pod_set_updates["main"].node_selector["pool"]: want "v100", got "a100"`, "1 failed"},
 		},
 		{
 			name:     "missing parameters fail",
@@ -58,6 +93,11 @@ func TestRun(t *testing.T) {
 		{name: "no target", args: nil, wantCode: 2, wantErr: "--target is required"},
 		{name: "bad parameters", args: []string{"--target", target, "--parameters", "[1]"}, wantCode: 2, wantErr: "--parameters must be a JSON object"},
 		{name: "unknown flag", args: []string{"--nope"}, wantCode: 2, wantErr: "flag provided but not defined"},
+		{name: "stray argument", args: []string{"--target", target, "fixtures.json"}, wantCode: 2, wantErr: `unexpected arguments ["fixtures.json"]`},
+		{name: "malformed fixtures", args: []string{"--target", target, "--fixtures", malformed}, wantCode: 2,
+			wantErr: `--fixtures: ` + malformed + `: fixtures[0] ("a100"): expect.state: "READY" is not an answer`},
+		{name: "missing fixtures file", args: []string{"--target", target, "--fixtures", filepath.Join(t.TempDir(), "none.json")}, wantCode: 2, wantErr: "--fixtures: read fixtures"},
+		{name: "negative soak", args: []string{"--target", target, "--keepalive-soak", "-1s"}, wantCode: 2, wantErr: "--keepalive-soak must not be negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -73,6 +113,9 @@ func TestRun(t *testing.T) {
 			}
 			if tt.wantErr != "" && !strings.Contains(stderr.String(), tt.wantErr) {
 				t.Errorf("stderr does not contain %q:\n%s", tt.wantErr, &stderr)
+			}
+			if tt.wantCode == 2 && stdout.Len() > 0 {
+				t.Errorf("exit 2 after running cases:\n%s", &stdout)
 			}
 		})
 	}
