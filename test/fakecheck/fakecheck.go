@@ -1,14 +1,24 @@
 // Package fakecheck is a sluice.checks.v1 provider that tests control: it
 // serves real gRPC on loopback, answers what the test sets per workload,
-// records every call and injects faults (errors, delays, not ready). It is
-// built with the provider SDK but sends answers unvalidated, so tests can
-// also make it send what sluice must refuse.
+// records every call and injects faults:
+//   - latency (SetDelay) and errors by code (SetError, or SetErrorCycle for
+//     a provider whose calls fail and succeed by turns);
+//   - not ready (SetReady);
+//   - a provider that goes away: Down stops listening, Up listens again on
+//     the same address, and Flap alternates the two; answers, faults and
+//     recorded calls outlive both (Stop ends the fake for good);
+//   - invalid answers (InvalidAnswers lists one per rule, with the field and
+//     rule sluice must name) and conflicting ones (ConflictingReady).
+//
+// It is built with the provider SDK but sends answers unvalidated, so tests
+// can also make it send what sluice must refuse.
 package fakecheck
 
 import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -33,6 +43,7 @@ func DefaultAnswer() *checksv1.EvaluateResponse {
 
 type options struct {
 	addr          string
+	down          bool
 	caps          []checksv1.Capability
 	defaultAnswer *checksv1.EvaluateResponse
 	log           logr.Logger
@@ -59,20 +70,32 @@ func WithDefaultAnswer(resp *checksv1.EvaluateResponse) Option {
 // WithLogger logs the fake's server errors to log.
 func WithLogger(log logr.Logger) Option { return func(o *options) { o.log = log } }
 
+// WithDown reserves the fake's address but does not listen on it until Up:
+// a provider that is configured but not running. The address is free for
+// anyone to take meanwhile, as a real provider's would be.
+func WithDown() Option { return func(o *options) { o.down = true } }
+
 type workloadKey struct{ namespace, name string }
 
-// Provider is a running fake provider. Its methods are safe for
-// concurrent use.
+// Provider is a fake provider. Its methods are safe for concurrent use.
 type Provider struct {
-	lis    net.Listener
-	cancel context.CancelFunc
-	done   chan error
-	stop   sync.Once
+	addr    string   // where the fake listens whenever it serves
+	netAddr net.Addr // addr as its first listener gave it
+	caps    []checksv1.Capability
+	log     logr.Logger
+	ctx     context.Context // Start's; serving ends with it
+
+	// srvMu guards the serving state; it is never held with mu.
+	srvMu   sync.Mutex
+	cancel  context.CancelFunc // ends the current server; nil while down
+	done    chan error         // the current server's Serve result
+	stopped bool               // Stop was called: Up refuses
 
 	mu            sync.Mutex
 	defaultAnswer *checksv1.EvaluateResponse
 	answers       map[workloadKey]*checksv1.EvaluateResponse
-	evalErr       codes.Code
+	evalErrs      []codes.Code // cycled through by successive Evaluate calls
+	evalN         int          // Evaluate calls since evalErrs was set
 	releaseErr    codes.Code
 	delay         time.Duration
 	ready         bool
@@ -82,7 +105,8 @@ type Provider struct {
 	changed       chan struct{} // closed and replaced on every recorded call
 }
 
-// Start serves a fake provider until Stop or until ctx ends.
+// Start serves a fake provider until Stop or until ctx ends. With
+// WithDown it only reserves its address until Up.
 func Start(ctx context.Context, opts ...Option) (*Provider, error) {
 	o := options{
 		addr:          "127.0.0.1:0",
@@ -94,25 +118,48 @@ func Start(ctx context.Context, opts ...Option) (*Provider, error) {
 		opt(&o)
 	}
 	p := &Provider{
+		caps:          o.caps,
+		log:           o.log,
+		ctx:           ctx,
 		defaultAnswer: o.defaultAnswer,
 		answers:       map[workloadKey]*checksv1.EvaluateResponse{},
 		ready:         true,
 		changed:       make(chan struct{}),
-		done:          make(chan error, 1),
 	}
-	srv, err := sdk.NewServer(sdk.Info{Name: ProviderName, VendorVersion: "test", Capabilities: o.caps}, checker{p},
-		sdk.WithLogger(o.log), sdk.WithoutResponseValidation(), sdk.WithShutdownTimeout(time.Second))
-	if err != nil {
-		return nil, fmt.Errorf("fakecheck: %w", err)
-	}
-	p.lis, err = net.Listen("tcp", o.addr)
+	lis, err := net.Listen("tcp", o.addr)
 	if err != nil {
 		return nil, fmt.Errorf("fakecheck: listen on %s: %w", o.addr, err)
 	}
-	sctx, cancel := context.WithCancel(ctx)
-	p.cancel = cancel
-	go func() { p.done <- srv.Serve(sctx, p.lis) }()
+	p.netAddr = lis.Addr()
+	p.addr = p.netAddr.String()
+	if o.down {
+		if err := lis.Close(); err != nil {
+			return nil, fmt.Errorf("fakecheck: free %s for a provider that starts down: %w", p.addr, err)
+		}
+		return p, nil
+	}
+	p.srvMu.Lock()
+	defer p.srvMu.Unlock()
+	if err := p.serveLocked(lis); err != nil {
+		lis.Close()
+		return nil, err
+	}
 	return p, nil
+}
+
+// serveLocked starts a server on lis; p.srvMu must be held. The SDK's
+// servers serve once, so every Up builds a new one.
+func (p *Provider) serveLocked(lis net.Listener) error {
+	srv, err := sdk.NewServer(sdk.Info{Name: ProviderName, VendorVersion: "test", Capabilities: p.caps}, checker{p},
+		sdk.WithLogger(p.log), sdk.WithoutResponseValidation(), sdk.WithShutdownTimeout(time.Second))
+	if err != nil {
+		return fmt.Errorf("fakecheck: %w", err)
+	}
+	sctx, cancel := context.WithCancel(p.ctx)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(sctx, lis) }()
+	p.cancel, p.done = cancel, done
+	return nil
 }
 
 // StartT starts a fake for a test and stops it when the test ends.
@@ -126,20 +173,100 @@ func StartT(t testing.TB, opts ...Option) *Provider {
 	return p
 }
 
-// Addr is the address the fake listens on.
-func (p *Provider) Addr() net.Addr { return p.lis.Addr() }
+// Addr is the address the fake listens on whenever it serves.
+func (p *Provider) Addr() net.Addr { return p.netAddr }
 
 // Target is the gRPC target to dial, "127.0.0.1:<port>" (an
-// AdmissionCheck's spec.endpoint).
-func (p *Provider) Target() string { return p.lis.Addr().String() }
+// AdmissionCheck's spec.endpoint). It stays the same across Down and Up.
+func (p *Provider) Target() string { return p.addr }
 
-// Stop stops serving and waits until the server is down. Calls in flight
-// are cut off after a second. Stop may be called more than once.
+// Stop stops serving for good and waits until the server is down. Calls in
+// flight are cut off after a second. Stop may be called more than once;
+// the fake's records stay readable.
 func (p *Provider) Stop() {
-	p.stop.Do(func() {
-		p.cancel()
-		<-p.done
-	})
+	p.srvMu.Lock()
+	defer p.srvMu.Unlock()
+	p.stopped = true
+	p.downLocked()
+}
+
+// Down stops serving, as a provider that crashed or was shut down: its
+// address refuses connections, and calls in flight are cut off after a
+// second. Answers, faults and recorded calls are kept for Up. Down on a
+// fake that is down does nothing.
+func (p *Provider) Down() {
+	p.srvMu.Lock()
+	defer p.srvMu.Unlock()
+	p.downLocked()
+}
+
+func (p *Provider) downLocked() {
+	if p.cancel == nil {
+		return
+	}
+	p.cancel()
+	if err := <-p.done; err != nil {
+		p.log.Error(err, "fakecheck: serving ended with an error", "addr", p.addr)
+	}
+	p.cancel, p.done = nil, nil
+}
+
+// Up serves again on the fake's address, as a provider restarted in place.
+// It fails when the fake was stopped, when Start's context ended, or when
+// something else took the address meanwhile. Up on a serving fake does
+// nothing.
+func (p *Provider) Up() error {
+	p.srvMu.Lock()
+	defer p.srvMu.Unlock()
+	switch {
+	case p.stopped:
+		return fmt.Errorf("fakecheck: up on %s: the fake was stopped", p.addr)
+	case p.ctx.Err() != nil:
+		return fmt.Errorf("fakecheck: up on %s: %w", p.addr, p.ctx.Err())
+	case p.cancel != nil:
+		return nil
+	}
+	lis, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		return fmt.Errorf("fakecheck: up again on %s: %w", p.addr, err)
+	}
+	if err := p.serveLocked(lis); err != nil {
+		lis.Close()
+		return err
+	}
+	return nil
+}
+
+// Serving reports whether the fake listens (it is up and not stopped).
+func (p *Provider) Serving() bool {
+	p.srvMu.Lock()
+	defer p.srvMu.Unlock()
+	return p.cancel != nil
+}
+
+// Flap takes the fake down and up by turns — up for up, then down for
+// down — until ctx ends, and leaves it serving. It starts with the fake's
+// current state and returns ctx's end as nil, or Up's error.
+func (p *Provider) Flap(ctx context.Context, up, down time.Duration) error {
+	if up <= 0 || down <= 0 {
+		return fmt.Errorf("fakecheck: flap: up (%s) and down (%s) must be positive", up, down)
+	}
+	for {
+		wait := down
+		if p.Serving() {
+			wait = up
+		}
+		select {
+		case <-ctx.Done():
+			return p.Up()
+		case <-time.After(wait):
+		}
+		if p.Serving() {
+			p.Down()
+		} else if err := p.Up(); err != nil {
+			return fmt.Errorf("fakecheck: flap: %w", err)
+		}
+	}
 }
 
 // SetDefaultAnswer sets the answer for workloads without their own.
@@ -166,10 +293,18 @@ func (p *Provider) ClearAnswer(namespace, name string) {
 
 // SetError makes every Evaluate fail with code (codes.OK: answer again).
 // The calls are still recorded.
-func (p *Provider) SetError(code codes.Code) {
+func (p *Provider) SetError(code codes.Code) { p.SetErrorCycle(code) }
+
+// SetErrorCycle makes successive Evaluate calls fail with the codes in
+// turn, starting over after the last: the n-th call from now fails with
+// seq[n % len(seq)], and codes.OK answers. SetErrorCycle(codes.Unavailable,
+// codes.OK) is a provider that fails every other call. No codes: answer
+// every call.
+func (p *Provider) SetErrorCycle(seq ...codes.Code) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.evalErr = code
+	p.evalErrs = slices.Clone(seq)
+	p.evalN = 0
 }
 
 // SetReleaseError makes every Release fail with code (codes.OK: succeed).
@@ -279,7 +414,11 @@ func (c checker) Evaluate(ctx context.Context, req *checksv1.EvaluateRequest) (*
 	p.mu.Lock()
 	p.calls = append(p.calls, proto.Clone(req).(*checksv1.EvaluateRequest))
 	p.notifyLocked()
-	delay, code := p.delay, p.evalErr
+	delay, code := p.delay, codes.OK
+	if len(p.evalErrs) > 0 {
+		code = p.evalErrs[p.evalN%len(p.evalErrs)]
+		p.evalN++
+	}
 	answer, ok := p.answers[workloadKey{req.GetWorkload().GetNamespace(), req.GetWorkload().GetName()}]
 	if !ok {
 		answer = p.defaultAnswer

@@ -127,7 +127,11 @@ func resetChecks(wl *v1alpha1.Workload, now metav1.Time) {
 }
 
 // setRequeue counts the requeue and, with a wait, holds the workload back
-// until then; the requeue time is also its new place in line.
+// until then; the requeue time is also its new place in line. The API
+// stores requeueAt in whole seconds, so the time is rounded up to one: cut
+// down instead, a wait under a second would be no wait at all, and a
+// workload whose checks conflict at once would spin through reserve and
+// release.
 func setRequeue(wl *v1alpha1.Workload, after time.Duration) {
 	rs := wl.Status.RequeueState
 	if rs == nil {
@@ -136,9 +140,18 @@ func setRequeue(wl *v1alpha1.Workload, after time.Duration) {
 	rs.Count = ptr.To(ptr.Deref(rs.Count, 0) + 1)
 	rs.RequeueAt = nil
 	if after > 0 {
-		rs.RequeueAt = ptr.To(metav1.NewTime(time.Now().Add(after)))
+		rs.RequeueAt = ptr.To(metav1.NewTime(ceilSecond(time.Now().Add(after))))
 	}
 	wl.Status.RequeueState = rs
+}
+
+// ceilSecond rounds t up to a whole second.
+func ceilSecond(t time.Time) time.Time {
+	down := t.Truncate(time.Second)
+	if down.Equal(t) {
+		return down
+	}
+	return down.Add(time.Second)
 }
 
 // Reject deactivates the workload (spec.active=false, written first so

@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -74,6 +75,8 @@ func TestSetRequeueCountsAndHoldsBack(t *testing.T) {
 		held  bool
 	}{
 		{"at once", 0, false},
+		{"after a backoff under a second", 200 * time.Millisecond, true},
+		{"after a backoff of seconds and a fraction", 1500 * time.Millisecond, true},
 		{"after a backoff", time.Minute, true},
 	}
 	for _, tt := range tests {
@@ -81,13 +84,30 @@ func TestSetRequeueCountsAndHoldsBack(t *testing.T) {
 			wl := &v1alpha1.Workload{Status: v1alpha1.WorkloadStatus{RequeueState: &v1alpha1.RequeueState{
 				Count: ptr.To[int32](4), RequeueAt: ptr.To(metav1.NewTime(time.Now().Add(time.Hour))),
 			}}}
+			before := time.Now()
 			setRequeue(wl, tt.after)
+			done := time.Now()
 			rs := wl.Status.RequeueState
 			if *rs.Count != 5 || (rs.RequeueAt != nil) != tt.held {
 				t.Fatalf("requeueState = count %d, requeueAt %v; want count 5, held %v", *rs.Count, rs.RequeueAt, tt.held)
 			}
-			if tt.held && time.Until(rs.RequeueAt.Time) > tt.after {
-				t.Fatalf("held until %s, longer than %s", rs.RequeueAt, tt.after)
+			if !tt.held {
+				return
+			}
+			// What the API server keeps: whole seconds.
+			raw, err := json.Marshal(rs.RequeueAt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var stored metav1.Time
+			if err := json.Unmarshal(raw, &stored); err != nil {
+				t.Fatal(err)
+			}
+			if earliest := before.Add(tt.after); stored.Time.Before(earliest) {
+				t.Fatalf("stored requeueAt %s is before the wait of %s ends (%s)", stored.Format(time.RFC3339Nano), tt.after, earliest.Format(time.RFC3339Nano))
+			}
+			if latest := done.Add(tt.after + time.Second); stored.Time.After(latest) {
+				t.Fatalf("stored requeueAt %s holds the workload more than a second past the wait of %s", stored.Format(time.RFC3339Nano), tt.after)
 			}
 		})
 	}

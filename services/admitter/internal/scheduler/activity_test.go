@@ -37,7 +37,9 @@ func TestQueueActivity(t *testing.T) {
 		return q
 	}
 	flavors := map[string]*v1alpha1.ResourceFlavor{"f": {}}
-	checks := map[string]*v1alpha1.AdmissionCheck{"up": activeCheck("up", true), "down": activeCheck("down", false)}
+	advisoryDown := activeCheck("advisory-down", false)
+	advisoryDown.Spec.FailurePolicy = v1alpha1.IgnoreFailure
+	checks := map[string]*v1alpha1.AdmissionCheck{"up": activeCheck("up", true), "down": activeCheck("down", false), "advisory-down": advisoryDown}
 	stopped := cq("f")
 	stopped.Spec.StopPolicy = ptr.To(v1alpha1.Hold)
 	negative := cq("f")
@@ -53,6 +55,11 @@ func TestQueueActivity(t *testing.T) {
 		{"missing flavor", cq("gone"), false, "FlavorNotFound", "resource flavor gone doesn't exist"},
 		{"missing check", cq("f", "nowhere"), false, "AdmissionCheckNotFound", "admission check nowhere doesn't exist"},
 		{"inactive check", cq("f", "down"), false, "AdmissionCheckInactive", "admission check down is not active: provider down"},
+		// failurePolicy Ignore counts a provider that cannot answer as
+		// Ready, so it does not hold the queue back either.
+		{"inactive check with failurePolicy Ignore", cq("f", "up", "advisory-down"), true, "Ready", "Can admit"},
+		{"inactive checks, one with failurePolicy Ignore", cq("f", "advisory-down", "down"), false, "AdmissionCheckInactive",
+			"admission check down is not active: provider down"},
 		{"stopped", stopped, false, "Stopped", "stopPolicy Hold"},
 		{"negative quota", negative, false, "NegativeQuota", "spec.resourceGroups[0].flavors[0].resources[0].nominalQuota: -2 must not be negative"},
 	}

@@ -262,8 +262,11 @@ func (cq *clusterQueue) refresh(flavors map[string]*v1alpha1.ResourceFlavor, che
 
 // Activity says whether cq can admit: it must not be stopped, its quotas
 // must not be negative (the schema cannot refuse those), and every flavor
-// and admission check it names must exist (and the checks be active). It
-// returns the Active condition's status, reason and message.
+// and admission check it names must exist (and the checks be active). A
+// check with failurePolicy Ignore need not be active: the check phase
+// counts a provider that cannot answer as Ready without updates, so its
+// provider being down must not stop the queue either. It returns the
+// Active condition's status, reason and message.
 func Activity(cq *v1alpha1.ClusterQueue, flavors map[string]*v1alpha1.ResourceFlavor, checks map[string]*v1alpha1.AdmissionCheck) (bool, string, string) {
 	if stopped(cq.Spec.StopPolicy) {
 		return false, "Stopped", fmt.Sprintf("the ClusterQueue is stopped (stopPolicy %s)", *cq.Spec.StopPolicy)
@@ -297,7 +300,7 @@ func Activity(cq *v1alpha1.ClusterQueue, flavors map[string]*v1alpha1.ResourceFl
 			switch {
 			case ac == nil:
 				note("AdmissionCheckNotFound", fmt.Sprintf("admission check %s doesn't exist", rule.Name))
-			case !CheckActive(ac):
+			case !CheckActive(ac) && ac.Spec.FailurePolicy != v1alpha1.IgnoreFailure:
 				msg := "no answer from its provider yet"
 				if c := findCondition(ac.Status.Conditions, v1alpha1.AdmissionCheckActive); c != nil && c.Message != "" {
 					msg = c.Message
