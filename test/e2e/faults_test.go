@@ -58,7 +58,7 @@ func TestFaultSlowProviderTimesOut(t *testing.T) {
 		return st.State == sluicev1alpha1.CheckStatePending && strings.Contains(st.Message, "DeadlineExceeded")
 	})
 	st := checkState(wl, check.Name)
-	if want := "no answer from the provider (DeadlineExceeded)"; st.Reason != "NoAnswer" || !strings.Contains(st.Message, want) {
+	if want := "no answer from the provider within the check's timeout of 1s (DeadlineExceeded)"; st.Reason != "NoAnswer" || !strings.Contains(st.Message, want) {
 		t.Errorf("check state = %s %q, want reason NoAnswer and a message with %q", st.Reason, st.Message, want)
 	}
 	c := meta.FindStatusCondition(wl.Status.Conditions, sluicev1alpha1.WorkloadAdmitted)

@@ -49,6 +49,8 @@ func Read(ac *v1alpha1.AdmissionCheck, req *checksv1.EvaluateRequest, resp *chec
 			failure = fmt.Sprintf("the provider refused the request (%s): %s", st.Code(), st.Message())
 		case codes.FailedPrecondition:
 			failure = fmt.Sprintf("the provider is not ready: %s", st.Message())
+		case codes.DeadlineExceeded:
+			failure = fmt.Sprintf("no answer from the provider within the check's timeout of %s (%s): %s", Timeout(ac), st.Code(), st.Message())
 		default:
 			failure = fmt.Sprintf("no answer from the provider (%s): %s", st.Code(), st.Message())
 		}
