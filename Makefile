@@ -127,9 +127,13 @@ fuzz: ## Fuzz the parsers, the role hash and the check-answer validation, each f
 integration: cluster-build ## Integration tests against a real API server.
 	$(GO) test $(TEST_FLAGS) -p 1 ./test/testenv/... ./test/integration/...
 
+.PHONY: examples-deps
+examples-deps: ## Install the npm packages of examples/checks-js (npm ci; quick when already installed).
+	hack/npm-install.sh
+
 .PHONY: e2e
-e2e: cluster-build build ## End-to-end tests: the four services as processes on a local control plane.
-	SLUICE_SERVICES_BIN=$(CURDIR)/bin $(GO) test $(TEST_FLAGS) -p 1 ./test/e2e/...
+e2e: cluster-build build examples-deps ## End-to-end tests: the four services as processes on a local control plane; the conformance kit against every shipped provider.
+	SLUICE_SERVICES_BIN=$(CURDIR)/bin $(GO) test $(TEST_FLAGS) -p 1 ./test/e2e/... ./test/conformance/...
 
 .PHONY: bench
 bench: cluster-build build ## Burst pods through a running system (throughput, writes per pod), and time a scheduling cycle.

@@ -21,6 +21,8 @@ const (
 	// MaxAnnotationsBytes bounds the annotations (keys and values) of one
 	// PodSetUpdate.
 	MaxAnnotationsBytes = 256 * 1024
+	// MaxEvaluationKeyBytes bounds the evaluation key of a request.
+	MaxEvaluationKeyBytes = 512
 )
 
 // ProviderInfo checks a GetProviderInfo answer: a name that is a DNS
@@ -64,15 +66,14 @@ func ProviderInfo(info *checksv1.GetProviderInfoResponse) error {
 }
 
 // EvaluateRequest checks what a provider needs to answer: an evaluation
-// key and a workload with namespace, name and uniquely named pod sets.
+// key of at most MaxEvaluationKeyBytes and a workload with namespace, name
+// and uniquely named pod sets.
 func EvaluateRequest(req *checksv1.EvaluateRequest) error {
 	if req == nil {
 		return ErrorList{{Detail: "Evaluate request is missing"}}
 	}
 	var c collector
-	if req.GetEvaluationKey() == "" {
-		c.add("evaluation_key", "required")
-	}
+	evaluationKey(&c, req.GetEvaluationKey())
 	w := req.GetWorkload()
 	if w == nil {
 		c.add("workload", "required")
@@ -100,15 +101,24 @@ func EvaluateRequest(req *checksv1.EvaluateRequest) error {
 	return c.err()
 }
 
-// ReleaseRequest checks that a Release names the evaluation key to free.
+// ReleaseRequest checks that a Release names the evaluation key to free,
+// of at most MaxEvaluationKeyBytes.
 func ReleaseRequest(req *checksv1.ReleaseRequest) error {
 	if req == nil {
 		return ErrorList{{Detail: "Release request is missing"}}
 	}
-	if req.GetEvaluationKey() == "" {
-		return ErrorList{{Path: "evaluation_key", Detail: "required"}}
+	var c collector
+	evaluationKey(&c, req.GetEvaluationKey())
+	return c.err()
+}
+
+func evaluationKey(c *collector, key string) {
+	switch {
+	case key == "":
+		c.add("evaluation_key", "required")
+	case len(key) > MaxEvaluationKeyBytes:
+		c.add("evaluation_key", "must be at most %d bytes, got %d", MaxEvaluationKeyBytes, len(key))
 	}
-	return nil
 }
 
 // EvaluateResponse checks a provider's answer to req, given the

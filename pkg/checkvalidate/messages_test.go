@@ -100,6 +100,9 @@ func TestEvaluateRequest(t *testing.T) {
 		{name: "no pod sets", mutate: func(r *checksv1.EvaluateRequest) { r.Workload.PodSets = nil }},
 		{name: "missing", nilReq: true, wantErr: "Evaluate request is missing"},
 		{name: "no key", mutate: func(r *checksv1.EvaluateRequest) { r.EvaluationKey = "" }, wantErr: "evaluation_key: required"},
+		{name: "key of the longest length", mutate: func(r *checksv1.EvaluateRequest) { r.EvaluationKey = strings.Repeat("k", MaxEvaluationKeyBytes) }},
+		{name: "key too long", mutate: func(r *checksv1.EvaluateRequest) { r.EvaluationKey = strings.Repeat("k", MaxEvaluationKeyBytes+1) },
+			wantErr: "evaluation_key: must be at most 512 bytes, got 513"},
 		{name: "no workload", mutate: func(r *checksv1.EvaluateRequest) { r.Workload = nil }, wantErr: "workload: required"},
 		{name: "no namespace", mutate: func(r *checksv1.EvaluateRequest) { r.Workload.Namespace = "" }, wantErr: "workload.namespace: required"},
 		{name: "no name", mutate: func(r *checksv1.EvaluateRequest) { r.Workload.Name = "" }, wantErr: "workload.name: required"},
@@ -121,6 +124,7 @@ func TestEvaluateRequest(t *testing.T) {
 func TestReleaseRequest(t *testing.T) {
 	assertErr(t, ReleaseRequest(&checksv1.ReleaseRequest{EvaluationKey: "k"}), "")
 	assertErr(t, ReleaseRequest(&checksv1.ReleaseRequest{Name: "w"}), "evaluation_key: required")
+	assertErr(t, ReleaseRequest(&checksv1.ReleaseRequest{EvaluationKey: strings.Repeat("k", MaxEvaluationKeyBytes+1)}), "evaluation_key: must be at most 512 bytes, got 513")
 	assertErr(t, ReleaseRequest(nil), "Release request is missing")
 }
 

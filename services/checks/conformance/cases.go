@@ -26,6 +26,9 @@ func cases(fixtures []Fixture) []testCase {
 		{"Evaluate/TwoChecksOneProvider", evaluateTwoChecks},
 		{"Evaluate/MissingEvaluationKey", malformedEvaluate("Evaluate without evaluation_key", func(r *checksv1.EvaluateRequest) { r.EvaluationKey = "" })},
 		{"Evaluate/MissingWorkload", malformedEvaluate("Evaluate without workload", func(r *checksv1.EvaluateRequest) { r.Workload = nil })},
+		{"Evaluate/LongEvaluationKey", malformedEvaluate("Evaluate with a 513-byte evaluation_key", func(r *checksv1.EvaluateRequest) {
+			r.EvaluationKey = strings.Repeat("k", checkvalidate.MaxEvaluationKeyBytes+1)
+		})},
 		{"Evaluate/MissingNamespace", malformedEvaluate("Evaluate with an empty workload.namespace", func(r *checksv1.EvaluateRequest) { r.Workload.Namespace = "" })},
 		{"Evaluate/MissingName", malformedEvaluate("Evaluate with an empty workload.name", func(r *checksv1.EvaluateRequest) { r.Workload.Name = "" })},
 		{"Evaluate/UnnamedPodSet", malformedEvaluate("Evaluate with a pod set without a name", withPodSets("main", ""))},

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	checksv1 "github.com/sluice-dev/sluice/gen/sluice/checks/v1"
+	"github.com/sluice-dev/sluice/pkg/checkvalidate"
 	"github.com/sluice-dev/sluice/services/checks/providers/nodepool"
 	"github.com/sluice-dev/sluice/services/checks/sdk"
 )
@@ -25,6 +26,7 @@ import (
 // Request rules of the contract, as rawProvider names them.
 const (
 	ruleKey        = "evaluation_key"
+	ruleKeyLength  = "evaluation_key length"
 	ruleWorkload   = "workload"
 	ruleNamespace  = "workload.namespace"
 	ruleName       = "workload.name"
@@ -33,7 +35,7 @@ const (
 	ruleReleaseKey = "release evaluation_key"
 )
 
-var allRules = []string{ruleKey, ruleWorkload, ruleNamespace, ruleName, rulePodSetName, ruleUnique, ruleReleaseKey}
+var allRules = []string{ruleKey, ruleKeyLength, ruleWorkload, ruleNamespace, ruleName, rulePodSetName, ruleUnique, ruleReleaseKey}
 
 // defects are the ways rawProvider can break the contract.
 type defects struct {
@@ -98,6 +100,9 @@ func brokenRules(req *checksv1.EvaluateRequest) []string {
 	var broken []string
 	if req.GetEvaluationKey() == "" {
 		broken = append(broken, ruleKey)
+	}
+	if len(req.GetEvaluationKey()) > checkvalidate.MaxEvaluationKeyBytes {
+		broken = append(broken, ruleKeyLength)
 	}
 	w := req.GetWorkload()
 	if w == nil {
@@ -325,6 +330,7 @@ const rawFixtures = `{"fixtures": [
 
 var requestCases = map[string]string{
 	ruleKey:        "Evaluate/MissingEvaluationKey",
+	ruleKeyLength:  "Evaluate/LongEvaluationKey",
 	ruleWorkload:   "Evaluate/MissingWorkload",
 	ruleNamespace:  "Evaluate/MissingNamespace",
 	ruleName:       "Evaluate/MissingName",
@@ -382,7 +388,7 @@ func TestKitFindsDefects(t *testing.T) {
 			wantFailed: []string{"Evaluate/TwoChecksOneProvider"},
 			wantDetail: map[string][]string{"Evaluate/TwoChecksOneProvider": {`check "conformance-second"`, `after a Release of check "conformance"'s key`, `pod_set_updates["main"].annotations["example.com/license"]: want "matlab-`}}},
 		{name: "accepts every malformed request", d: defects{accepts: allRules},
-			wantFailed: []string{"Evaluate/MissingEvaluationKey", "Evaluate/MissingWorkload", "Evaluate/MissingNamespace", "Evaluate/MissingName",
+			wantFailed: []string{"Evaluate/MissingEvaluationKey", "Evaluate/MissingWorkload", "Evaluate/LongEvaluationKey", "Evaluate/MissingNamespace", "Evaluate/MissingName",
 				"Evaluate/UnnamedPodSet", "Evaluate/DuplicatePodSet", "Release/MissingEvaluationKey"},
 			wantDetail: map[string][]string{"Evaluate/MissingNamespace": {"was answered; want INVALID_ARGUMENT"}}},
 	}
@@ -443,7 +449,9 @@ func TestEvaluationKeys(t *testing.T) {
 	var mu sync.Mutex
 	keys := map[string][]string{} // by check name
 	record := grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if r, ok := req.(*checksv1.EvaluateRequest); ok && r.GetEvaluationKey() != "" && r.GetWorkload() != nil {
+		// Well-formed requests only: the malformed-request cases send
+		// missing and overlong keys on purpose.
+		if r, ok := req.(*checksv1.EvaluateRequest); ok && checkvalidate.EvaluateRequest(r) == nil {
 			mu.Lock()
 			keys[r.GetCheckName()] = append(keys[r.GetCheckName()], r.GetEvaluationKey())
 			mu.Unlock()

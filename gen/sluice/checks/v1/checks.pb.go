@@ -26,10 +26,11 @@
 // Requests: the caller always sends well-formed requests (below), and a
 // provider must answer INVALID_ARGUMENT to one that is not, naming the
 // field:
-//   - EvaluateRequest: evaluation_key is not empty; workload is set, with a
-//     namespace and a name that are not empty; every pod set has a name
-//     that is not empty and unique in the workload.
-//   - ReleaseRequest: evaluation_key is not empty.
+//   - EvaluateRequest: evaluation_key is not empty and at most 512 bytes;
+//     workload is set, with a namespace and a name that are not empty;
+//     every pod set has a name that is not empty and unique in the
+//     workload.
+//   - ReleaseRequest: evaluation_key is not empty and at most 512 bytes.
 // INVALID_ARGUMENT is also the answer to parameters the provider cannot
 // use; it is final for the request, so it must never be a transient error.
 //

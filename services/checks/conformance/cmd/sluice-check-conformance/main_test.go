@@ -69,14 +69,14 @@ func TestRun(t *testing.T) {
 				"PASS  Evaluate/DuplicatePodSet", "PASS  Release/MissingEvaluationKey", "PASS  Release/Twice",
 				"SKIP  Release/ThenNewReservation: provider does not advertise CAPABILITY_RELEASE",
 				"PASS  Fixture/a100", "PASS  Fixture/no-node-labels", "PASS  Keepalive/Soak",
-				"20 passed, 0 failed, 1 skipped",
+				"21 passed, 0 failed, 1 skipped",
 			},
 		},
 		{
 			name:     "soak off",
 			args:     pool,
 			wantCode: 0,
-			wantOut:  []string{"SKIP  Keepalive/Soak: the keepalive soak is off; --keepalive-soak 100s", "17 passed, 0 failed, 2 skipped"},
+			wantOut:  []string{"SKIP  Keepalive/Soak: the keepalive soak is off; --keepalive-soak 100s", "18 passed, 0 failed, 2 skipped"},
 		},
 		{
 			name:     "fixture not met",
