@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the npm packages of examples/checks-js (the JavaScript provider)
-# exactly as package-lock.json pins them, with `npm ci`.
+# exactly as package-lock.json pins them, with `npm ci` — and Node.js and
+# npm themselves from the distribution when they are missing and the
+# script runs as root on Debian or Ubuntu.
 #
 # It is quick when nothing changed: after a successful install it stores
 # the SHA-256 of package.json and package-lock.json in node_modules, and
@@ -28,6 +30,15 @@ examples/checks-js needs Node.js $min_node_major or later and npm. Install them:
   elsewhere:       https://nodejs.org/en/download"
 }
 
+# As root on Debian or Ubuntu (a CI machine, say), install what is missing
+# from the distribution; elsewhere say how.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+	if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+		echo "examples/checks-js: installing nodejs and npm with apt-get"
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null ||
+			need_node "apt-get could not install nodejs and npm."
+	fi
+fi
 command -v node >/dev/null 2>&1 || need_node "node not found in PATH."
 command -v npm >/dev/null 2>&1 || need_node "npm not found in PATH."
 node_major="$(node -p 'process.versions.node.split(".")[0]')" || need_node "node does not run."

@@ -262,21 +262,7 @@ func (r *recorder) conditionsSeen(name, condType string) []metav1.Condition {
 // reasonChanges counts how often the named workload's condition took
 // reason, from another reason or from not being there.
 func (r *recorder) reasonChanges(name, condType, reason string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n, was := 0, false
-	for _, w := range r.workloads {
-		if w.Name != name {
-			continue
-		}
-		c := meta.FindStatusCondition(w.Status.Conditions, condType)
-		now := c != nil && c.Reason == reason
-		if now && !was {
-			n++
-		}
-		was = now
-	}
-	return n
+	return r.became(name, condType, func(c *metav1.Condition) bool { return c != nil && c.Reason == reason })
 }
 
 // hasCondition reports whether conds holds one with the status, reason

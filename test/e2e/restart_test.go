@@ -205,6 +205,13 @@ func (r *recorder) stop() {
 
 // transitions counts how often the named workload's condition became True.
 func (r *recorder) transitions(name, condType string) int {
+	return r.became(name, condType, func(c *metav1.Condition) bool { return c != nil && c.Status == metav1.ConditionTrue })
+}
+
+// became counts how often the named workload's condition of condType came
+// to satisfy is (c is nil while the condition is not there), from
+// versions where it did not.
+func (r *recorder) became(name, condType string, is func(c *metav1.Condition) bool) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n, was := 0, false
@@ -212,7 +219,7 @@ func (r *recorder) transitions(name, condType string) int {
 		if w.Name != name {
 			continue
 		}
-		now := meta.IsStatusConditionTrue(w.Status.Conditions, condType)
+		now := is(meta.FindStatusCondition(w.Status.Conditions, condType))
 		if now && !was {
 			n++
 		}
