@@ -22,8 +22,60 @@ mkdir -p "${logs}" "${pids}"
 
 # The system namespace and the CRDs come first: the services wait for them.
 "${kubectl}" apply --server-side -f deploy/crd/ >/dev/null
-"${kubectl}" create namespace sluice-system --dry-run=client -o yaml | "${kubectl}" apply -f - >/dev/null
 "${kubectl}" wait --for condition=Established --timeout=60s -f deploy/crd/ >/dev/null
+
+# Each service runs as its own ServiceAccount, with deploy/'s RBAC and flow
+# control, as in a cluster; hack/local-rbac.yaml adds the webhook's
+# self-registration, which only local runs use. test/harness applies the
+# same files.
+manifests=(deploy/namespace.yaml deploy/*/serviceaccount.yaml deploy/*/rbac.yaml deploy/flowcontrol.yaml hack/local-rbac.yaml)
+"${kubectl}" apply --server-side --force-conflicts "${manifests[@]/#/--filename=}" >/dev/null
+# The authorizer learns of new bindings a moment later; a webhook refused
+# its self-registration would exit.
+deadline=$((SECONDS + 60))
+until [[ "$("${kubectl}" auth can-i create mutatingwebhookconfigurations --as system:serviceaccount:sluice-system:sluice-webhook)" == yes ]] &&
+	[[ "$("${kubectl}" auth can-i update leases -n sluice-system --as system:serviceaccount:sluice-system:sluice-admitter)" == yes ]]; do
+	if ((SECONDS > deadline)); then
+		echo "sluice-up: the RBAC of deploy/ is not in force after 60s" >&2
+		exit 1
+	fi
+	sleep 0.5
+done 2>/dev/null
+
+# One kubeconfig per service, with a token of its ServiceAccount from the
+# TokenRequest API. The kubeconfigs name the token by file, which clients
+# read again every minute: running `make up` again mints new tokens, and
+# services already running switch to them.
+identities="${local_dir}/identities"
+token_hours=168
+mkdir -p -m 700 "${identities}"
+server="$("${kubectl}" config view --raw --minify -o jsonpath='{.clusters[0].cluster.server}')"
+ca="$("${kubectl}" config view --raw --minify -o jsonpath='{.clusters[0].cluster.certificate-authority-data}')"
+umask 077 # tokens and kubeconfigs are for their service alone
+for name in admitter grouper webhook; do
+	token="${identities}/${name}.token"
+	"${kubectl}" create token "sluice-${name}" --namespace sluice-system --duration "${token_hours}h" >"${token}.new"
+	mv "${token}.new" "${token}"
+	cat >"${identities}/${name}.kubeconfig" <<KUBECONFIG
+apiVersion: v1
+kind: Config
+clusters:
+- name: sluice-local
+  cluster:
+    server: ${server}
+    certificate-authority-data: ${ca}
+users:
+- name: sluice-${name}
+  user:
+    tokenFile: ${token}
+contexts:
+- name: sluice-local
+  context: {cluster: sluice-local, user: sluice-${name}, namespace: sluice-system}
+current-context: sluice-local
+KUBECONFIG
+	chmod 600 "${token}" "${identities}/${name}.kubeconfig" # written by an earlier version too
+done
+umask 022
 
 start() { # name http-addr args...
 	local name="$1" http="$2"; shift 2
@@ -56,12 +108,14 @@ wait_ready() { # name http-addr
 }
 
 echo "starting sluice:"
-start admitter 127.0.0.1:8083 --kubeconfig "${KUBECONFIG}" --grpc-addr 127.0.0.1:9090 --namespace sluice-system
+# Leader election on, as in a cluster: its Lease renewals use their own
+# flow (deploy/flowcontrol.yaml).
+start admitter 127.0.0.1:8083 --kubeconfig "${identities}/admitter.kubeconfig" --grpc-addr 127.0.0.1:9090 --namespace sluice-system --leader-elect=true
 start checks 127.0.0.1:8084 --grpc-addr 127.0.0.1:9091
-start grouper 127.0.0.1:8082 --kubeconfig "${KUBECONFIG}" --admitter-addr 127.0.0.1:9090
+start grouper 127.0.0.1:8082 --kubeconfig "${identities}/grouper.kubeconfig" --admitter-addr 127.0.0.1:9090
 # The local control plane runs the GenericWorkload and GangScheduling
 # feature gates, so KEP-976 groups get a scheduler gang here.
-start webhook 127.0.0.1:8081 --kubeconfig "${KUBECONFIG}" --self-register --webhook-port 9443 --unregister-on-exit --cert-dir "${local_dir}/webhook-certs" --gang-scheduling
+start webhook 127.0.0.1:8081 --kubeconfig "${identities}/webhook.kubeconfig" --self-register --webhook-port 9443 --unregister-on-exit --cert-dir "${local_dir}/webhook-certs" --gang-scheduling
 for s in admitter:127.0.0.1:8083 checks:127.0.0.1:8084 grouper:127.0.0.1:8082 webhook:127.0.0.1:8081; do
 	wait_ready "${s%%:*}" "${s#*:}"
 done
@@ -82,6 +136,7 @@ cat <<MSG
 
 Point kubectl at it:   export KUBECONFIG=${KUBECONFIG}
                        ${kubectl} get sluice -A        (queues, flavors, checks, workloads)
+Service credentials:   .local/identities/ (one ServiceAccount each; tokens valid ${token_hours}h, renewed by make up)
 Logs:                  .local/logs/
 Stop everything:       make down
 MSG

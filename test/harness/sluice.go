@@ -9,11 +9,6 @@ import (
 	"path/filepath"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-
 	"github.com/sluice-dev/sluice/test/testenv"
 )
 
@@ -42,8 +37,11 @@ type Sluice struct {
 	env                                *testenv.Env
 }
 
-// Start installs the CRDs and the system namespace, then starts the
-// services and waits until each is ready.
+// Start installs the CRDs, the system namespace and each service's
+// ServiceAccount, RBAC and flow control from deploy/, then starts the
+// services, each with a kubeconfig of its own ServiceAccount (so a verb
+// missing from deploy/ fails here as it would in a cluster), and waits
+// until each is ready.
 func Start(ctx context.Context, env *testenv.Env, opts Options) (*Sluice, error) {
 	if opts.BinDir != "" && len(opts.Tags) > 0 {
 		return nil, fmt.Errorf("harness: build tags %v need BinDir empty: the binaries in %s were built without them", opts.Tags, opts.BinDir)
@@ -51,7 +49,11 @@ func Start(ctx context.Context, env *testenv.Env, opts Options) (*Sluice, error)
 	if err := InstallCRDs(ctx, env.Config); err != nil {
 		return nil, err
 	}
-	if err := ensureNamespace(ctx, env, SystemNamespace); err != nil {
+	if err := InstallAccess(ctx, env.Config); err != nil {
+		return nil, err
+	}
+	kc, err := WriteKubeconfigs(ctx, env, filepath.Join(env.Dir, "sluice-identities"))
+	if err != nil {
 		return nil, err
 	}
 	bin := opts.BinDir
@@ -72,20 +74,19 @@ func Start(ctx context.Context, env *testenv.Env, opts Options) (*Sluice, error)
 			return nil, err
 		}
 	}
-	kc := env.Kubeconfig
 	svc := func(name, httpAddr string, args ...string) *Service {
 		args = append(args, "--log-format", "text")
 		args = append(args, opts.Args[name]...)
 		return NewService(name, filepath.Join(bin, name), args, httpAddr,
 			filepath.Join(logDir(env), "sluice-"+name+".log"))
 	}
-	s.Admitter = svc("admitter", admitterHTTP, "--kubeconfig", kc, "--grpc-addr", admitterGRPC,
+	s.Admitter = svc("admitter", admitterHTTP, "--kubeconfig", kc["admitter"], "--grpc-addr", admitterGRPC,
 		"--namespace", SystemNamespace, "--leader-elect=false")
 	s.Admitter.GRPCAddr = admitterGRPC
 	s.Checks = svc("checks", checksHTTP, "--grpc-addr", checksGRPC)
 	s.Checks.GRPCAddr = checksGRPC
-	s.Grouper = svc("grouper", grouperHTTP, "--kubeconfig", kc, "--admitter-addr", admitterGRPC)
-	s.Webhook = svc("webhook", webhookHTTP, "--kubeconfig", kc, "--webhook-port", portOf(webhookAddr),
+	s.Grouper = svc("grouper", grouperHTTP, "--kubeconfig", kc["grouper"], "--admitter-addr", admitterGRPC)
+	s.Webhook = svc("webhook", webhookHTTP, "--kubeconfig", kc["webhook"], "--webhook-port", portOf(webhookAddr),
 		"--self-register", "--shutdown-delay", "0s", "--cert-dir", filepath.Join(env.Dir, "webhook-certs"))
 	s.Webhook.GRPCAddr = webhookAddr // its "gRPC" address is the HTTPS webhook's
 	for _, svc := range s.All() {
@@ -126,18 +127,6 @@ func (s *Sluice) Stop() error {
 // ChecksTarget is the gRPC target an AdmissionCheck names to reach the
 // built-in providers.
 func (s *Sluice) ChecksTarget() string { return "dns:///" + s.Checks.GRPCAddr }
-
-func ensureNamespace(ctx context.Context, env *testenv.Env, name string) error {
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		return fmt.Errorf("creating client: %w", err)
-	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating namespace %s: %w", name, err)
-	}
-	return nil
-}
 
 func portOf(addr string) string {
 	_, port, _ := net.SplitHostPort(addr)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sluice-dev/sluice/test/testenv"
@@ -32,17 +33,7 @@ var certManagerKinds = map[string]bool{"Certificate": true, "Issuer": true}
 func TestManifestsAreAccepted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	root, err := testenv.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubectl := kubectlPath(t, root)
-
-	built, err := exec.CommandContext(ctx, kubectl, "kustomize", filepath.Join(root, "deploy")).Output()
-	if err != nil {
-		t.Fatalf("kubectl kustomize deploy: %v", err)
-	}
-	docs := strings.Split(string(built), "\n---\n")
+	kubectl, docs := render(ctx, t)
 	var keep []string
 	kinds := map[string]int{}
 	for _, d := range docs {
@@ -67,7 +58,7 @@ func TestManifestsAreAccepted(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "sluice-system"}}
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	apply := exec.CommandContext(ctx, kubectl, "--kubeconfig", env.Kubeconfig, "apply", "--dry-run=server", "-f", "-")
@@ -77,6 +68,22 @@ func TestManifestsAreAccepted(t *testing.T) {
 	if err := apply.Run(); err != nil {
 		t.Fatalf("the API server refused deploy/ (dry run): %v\n%s", err, out.String())
 	}
+}
+
+// render builds deploy/ with kubectl kustomize, as `kubectl apply -k`
+// would, and returns kubectl's path and the built documents.
+func render(ctx context.Context, t *testing.T) (kubectl string, docs []string) {
+	t.Helper()
+	root, err := testenv.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubectl = kubectlPath(t, root)
+	built, err := exec.CommandContext(ctx, kubectl, "kustomize", filepath.Join(root, "deploy")).Output()
+	if err != nil {
+		t.Fatalf("kubectl kustomize deploy: %v", err)
+	}
+	return kubectl, strings.Split(string(built), "\n---\n")
 }
 
 func field(doc, prefix string) string {
