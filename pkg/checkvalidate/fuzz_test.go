@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	checksv1 "github.com/sluice-dev/sluice/gen/sluice/checks/v1"
-	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 	"github.com/sluice-dev/sluice/pkg/checkvalidate"
 	"github.com/sluice-dev/sluice/pkg/podkeys"
 	"github.com/sluice-dev/sluice/pkg/podset"
@@ -279,7 +278,7 @@ func checkAccepted(t *testing.T, req *checksv1.EvaluateRequest, resp *checksv1.E
 // admitter merges check updates into the pods' info.
 func checkMerge(t *testing.T, workload string, u *checksv1.PodSetUpdate) {
 	t.Helper()
-	update := toAPI(u)
+	update := podset.UpdatesFromChecks([]*checksv1.PodSetUpdate{u})[0]
 	sluiceLabels := map[string]string{podkeys.PodSetLabel: u.GetName()}
 	sluiceAnnotations := map[string]string{podkeys.WorkloadAnnotation: workload}
 	info, err := podset.Merge(podset.Input{
@@ -313,28 +312,4 @@ func checkMerge(t *testing.T, workload string, u *checksv1.PodSetUpdate) {
 	if len(info.Tolerations) > len(update.Tolerations) {
 		t.Fatalf("merged %d tolerations from %d", len(info.Tolerations), len(update.Tolerations))
 	}
-}
-
-// toAPI converts an accepted update to the Workload API's form.
-func toAPI(u *checksv1.PodSetUpdate) v1alpha1.PodSetUpdate {
-	out := v1alpha1.PodSetUpdate{Name: u.GetName(), Labels: u.GetLabels(), Annotations: u.GetAnnotations(), NodeSelector: u.GetNodeSelector()}
-	for _, t := range u.GetTolerations() {
-		tol := corev1.Toleration{Key: t.GetKey(), Value: t.GetValue(), TolerationSeconds: t.TolerationSeconds}
-		switch t.GetOperator() {
-		case checksv1.TolerationOperator_TOLERATION_OPERATOR_EQUAL:
-			tol.Operator = corev1.TolerationOpEqual
-		case checksv1.TolerationOperator_TOLERATION_OPERATOR_EXISTS:
-			tol.Operator = corev1.TolerationOpExists
-		}
-		switch t.GetEffect() {
-		case checksv1.TaintEffect_TAINT_EFFECT_NO_SCHEDULE:
-			tol.Effect = corev1.TaintEffectNoSchedule
-		case checksv1.TaintEffect_TAINT_EFFECT_PREFER_NO_SCHEDULE:
-			tol.Effect = corev1.TaintEffectPreferNoSchedule
-		case checksv1.TaintEffect_TAINT_EFFECT_NO_EXECUTE:
-			tol.Effect = corev1.TaintEffectNoExecute
-		}
-		out.Tolerations = append(out.Tolerations, tol)
-	}
-	return out
 }

@@ -10,7 +10,7 @@ import (
 	checksv1 "github.com/sluice-dev/sluice/gen/sluice/checks/v1"
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 	"github.com/sluice-dev/sluice/pkg/checkvalidate"
-	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
+	"github.com/sluice-dev/sluice/pkg/podset"
 )
 
 // Answer is a provider's answer read as a check state.
@@ -73,7 +73,7 @@ func Read(ac *v1alpha1.AdmissionCheck, req *checksv1.EvaluateRequest, resp *chec
 	switch resp.GetState() {
 	case checksv1.State_STATE_READY:
 		a.State = v1alpha1.CheckStateReady
-		a.Updates = workload.UpdatesFromChecks(resp.GetPodSetUpdates())
+		a.Updates = podset.UpdatesFromChecks(resp.GetPodSetUpdates())
 	case checksv1.State_STATE_RETRY:
 		a.State = v1alpha1.CheckStateRetry
 	case checksv1.State_STATE_REJECTED:

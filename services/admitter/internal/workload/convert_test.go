@@ -8,6 +8,7 @@ import (
 
 	sluicev1 "github.com/sluice-dev/sluice/gen/sluice/v1"
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
+	"github.com/sluice-dev/sluice/pkg/podset"
 )
 
 func validProto() *sluicev1.Workload {
@@ -98,7 +99,7 @@ func TestTolerationRoundTrip(t *testing.T) {
 		{Key: "a", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: &secs},
 		{Key: "a", Operator: corev1.TolerationOpEqual, Value: "b", Effect: corev1.TaintEffectPreferNoSchedule},
 	} {
-		got := TolerationFromChecks(TolerationToChecks(tol))
+		got := podset.TolerationFromChecks(TolerationToChecks(tol))
 		if got.Key != tol.Key || got.Operator != tol.Operator || got.Value != tol.Value || got.Effect != tol.Effect ||
 			(tol.TolerationSeconds != nil && *got.TolerationSeconds != *tol.TolerationSeconds) {
 			t.Errorf("round trip of %+v gave %+v", tol, got)
