@@ -51,7 +51,7 @@ build: ## Build the four services into bin/.
 	@mkdir -p bin
 	$(GO) build -o bin/ $(addprefix ./services/,$(SERVICES))
 	CGO_ENABLED=0 $(GO) build -o bin/ $(KIT_PKG)
-	$(GO) build -o bin/ ./hack/sluice-demo
+	$(GO) build -o bin/ ./hack/sluice-demo ./hack/sluice-certs
 
 # The conformance kit is static (CGO_ENABLED=0), so that one download runs
 # on any machine of its OS and architecture.

@@ -77,6 +77,23 @@ KUBECONFIG
 done
 umask 022
 
+# Mutual TLS between the services, as in a cluster, with certificates from a
+# local CA made once in .local/certs/ca (cert-manager's job in a cluster).
+# Each run renews the service certificates, and running services read them
+# again within a minute. The admitter's identity is also the Secret
+# sluice-admitter-tls, which AdmissionChecks of the built-in providers name
+# for mutual TLS (deploy/samples/story1-queues.yaml), as cert-manager's
+# Secret of the same name in a cluster.
+certs="${local_dir}/certs"
+"${root}/bin/sluice-certs" --dir "${certs}" --namespace sluice-system
+"${kubectl}" create secret generic sluice-admitter-tls --namespace sluice-system --type kubernetes.io/tls \
+	--from-file=tls.crt="${certs}/admitter/tls.crt" --from-file=tls.key="${certs}/admitter/tls.key" \
+	--from-file=ca.crt="${certs}/admitter/ca.crt" --dry-run=client -o yaml |
+	"${kubectl}" apply --server-side --force-conflicts -f - >/dev/null
+tls() { # service
+	echo --tls-cert-file "${certs}/$1/tls.crt" --tls-key-file "${certs}/$1/tls.key" --tls-ca-file "${certs}/$1/ca.crt"
+}
+
 start() { # name http-addr args...
 	local name="$1" http="$2"; shift 2
 	local pidfile="${pids}/sluice-${name}.pid"
@@ -110,9 +127,12 @@ wait_ready() { # name http-addr
 echo "starting sluice:"
 # Leader election on, as in a cluster: its Lease renewals use their own
 # flow (deploy/flowcontrol.yaml).
-start admitter 127.0.0.1:8083 --kubeconfig "${identities}/admitter.kubeconfig" --grpc-addr 127.0.0.1:9090 --namespace sluice-system --leader-elect=true
-start checks 127.0.0.1:8084 --grpc-addr 127.0.0.1:9091
-start grouper 127.0.0.1:8082 --kubeconfig "${identities}/grouper.kubeconfig" --admitter-addr 127.0.0.1:9090
+# shellcheck disable=SC2046 # tls prints flags whose paths have no spaces
+start admitter 127.0.0.1:8083 $(tls admitter) --kubeconfig "${identities}/admitter.kubeconfig" --grpc-addr 127.0.0.1:9090 --namespace sluice-system --leader-elect=true
+# shellcheck disable=SC2046
+start checks 127.0.0.1:8084 $(tls checks) --grpc-addr 127.0.0.1:9091
+# shellcheck disable=SC2046
+start grouper 127.0.0.1:8082 $(tls grouper) --kubeconfig "${identities}/grouper.kubeconfig" --admitter-addr 127.0.0.1:9090
 # The local control plane runs the GenericWorkload and GangScheduling
 # feature gates, so KEP-976 groups get a scheduler gang here.
 start webhook 127.0.0.1:8081 --kubeconfig "${identities}/webhook.kubeconfig" --self-register --webhook-port 9443 --unregister-on-exit --cert-dir "${local_dir}/webhook-certs" --gang-scheduling
@@ -137,6 +157,7 @@ cat <<MSG
 Point kubectl at it:   export KUBECONFIG=${KUBECONFIG}
                        ${kubectl} get sluice -A        (queues, flavors, checks, workloads)
 Service credentials:   .local/identities/ (one ServiceAccount each; tokens valid ${token_hours}h, renewed by make up)
+Service certificates:  .local/certs/ (mutual TLS from a local CA; renewed by make up)
 Logs:                  .local/logs/
 Stop everything:       make down
 MSG

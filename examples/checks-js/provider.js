@@ -12,8 +12,13 @@
 // sluice releases it.
 //
 //   node provider.js --addr 127.0.0.1:9091
+//
+// With --tls-cert-file and --tls-key-file it serves TLS, and with
+// --tls-ca-file it requires the client certificate sluice's admitter
+// presents (mutual TLS); the files are read again while it runs.
 'use strict';
 
+const fs = require('node:fs');
 const path = require('node:path');
 const { parseArgs } = require('node:util');
 const grpc = require('@grpc/grpc-js');
@@ -28,6 +33,11 @@ const READY_REASON = 'NodePoolAssigned';
 // Limits of the contract (proto/sluice/checks/v1/checks.proto).
 const MAX_EVALUATION_KEY_BYTES = 512;
 const MAX_MESSAGE_BYTES = 1024;
+
+// How often the TLS files are read again: a rotated certificate (a
+// Secret volume cert-manager renews) applies to new connections within a
+// minute, without a restart.
+const DEFAULT_TLS_REFRESH_MS = 60_000;
 
 // How long calls in flight may finish after SIGTERM before the server
 // closes their connections.
@@ -371,6 +381,10 @@ function parseFlags(argv) {
     args: argv,
     options: {
       addr: { type: 'string', default: DEFAULT_ADDR },
+      'tls-cert-file': { type: 'string' },
+      'tls-key-file': { type: 'string' },
+      'tls-ca-file': { type: 'string' },
+      'tls-refresh-interval-ms': { type: 'string', default: String(DEFAULT_TLS_REFRESH_MS) },
       help: { type: 'boolean', short: 'h', default: false },
     },
     strict: true,
@@ -378,12 +392,60 @@ function parseFlags(argv) {
   return values;
 }
 
-const USAGE = `usage: node provider.js [--addr host:port]
+const USAGE = `usage: node provider.js [--addr host:port] [--tls-cert-file f --tls-key-file f [--tls-ca-file f]]
 
-Serves sluice.checks.v1 (IdentityService, CheckService) over plaintext gRPC.
+Serves sluice.checks.v1 (IdentityService, CheckService) over gRPC: plaintext,
+or TLS with --tls-cert-file and --tls-key-file.
 
-  --addr host:port   address to listen on (default ${DEFAULT_ADDR})
+  --addr host:port               address to listen on (default ${DEFAULT_ADDR})
+  --tls-cert-file file           PEM certificate chain to serve TLS with
+  --tls-key-file file            PEM private key of --tls-cert-file
+  --tls-ca-file file             PEM CA bundle of the client certificates to
+                                 require (mutual TLS)
+  --tls-refresh-interval-ms n    how often the TLS files are read again
+                                 (default ${DEFAULT_TLS_REFRESH_MS})
 `;
+
+// serverCredentials returns plaintext credentials without TLS flags, else
+// TLS credentials that read the files again every refresh interval
+// (grpc-js's FileWatcherCertificateProvider, experimental in 1.14). It
+// throws an Error naming the flag for a bad combination or a file it
+// cannot read.
+function serverCredentials(flags) {
+  const cert = flags['tls-cert-file'];
+  const key = flags['tls-key-file'];
+  const ca = flags['tls-ca-file'];
+  if (cert === undefined && key === undefined && ca === undefined) {
+    return { credentials: grpc.ServerCredentials.createInsecure(), transport: 'plaintext' };
+  }
+  if (cert === undefined || key === undefined) {
+    throw new Error('--tls-cert-file and --tls-key-file are both required to serve TLS (--tls-ca-file, optional, requires client certificates)');
+  }
+  const refreshMs = Number(flags['tls-refresh-interval-ms']);
+  if (!Number.isInteger(refreshMs) || refreshMs <= 0) {
+    throw new Error(`--tls-refresh-interval-ms: ${JSON.stringify(flags['tls-refresh-interval-ms'])} is not a positive number of milliseconds`);
+  }
+  for (const [flag, file] of [['--tls-cert-file', cert], ['--tls-key-file', key], ['--tls-ca-file', ca]]) {
+    if (file === undefined) {
+      continue;
+    }
+    try {
+      fs.accessSync(file, fs.constants.R_OK);
+    } catch (err) {
+      throw new Error(`${flag}: ${err.message}`);
+    }
+  }
+  const files = new grpc.experimental.FileWatcherCertificateProvider({
+    certificateFile: cert,
+    privateKeyFile: key,
+    caCertificateFile: ca,
+    refreshIntervalMs: refreshMs,
+  });
+  // grpc-js 1.14 hands its first argument to the identity and its second
+  // to the CA, whatever the declaration calls them.
+  const credentials = grpc.experimental.createCertificateProviderServerCredentials(files, ca === undefined ? null : files, ca !== undefined);
+  return { credentials, transport: ca === undefined ? 'TLS' : 'mutual TLS' };
+}
 
 // splitHostPort returns [host, port] of "host:port" or "[v6]:port".
 function splitHostPort(addr) {
@@ -411,6 +473,13 @@ function main(argv) {
     process.stderr.write(`--addr: ${JSON.stringify(flags.addr)} is not host:port, such as 127.0.0.1:9091\n`);
     process.exit(2);
   }
+  let creds;
+  try {
+    creds = serverCredentials(flags);
+  } catch (err) {
+    process.stderr.write(`${err.message}\n`);
+    process.exit(2);
+  }
 
   const contract = loadContract();
   const info = {
@@ -431,12 +500,12 @@ function main(argv) {
     Release: unary((req) => check.release(req)),
   });
 
-  server.bindAsync(flags.addr, grpc.ServerCredentials.createInsecure(), (err, port) => {
+  server.bindAsync(flags.addr, creds.credentials, (err, port) => {
     if (err) {
       process.stderr.write(`checks-js: listen on ${flags.addr}: ${err.message}\n`);
       process.exit(1);
     }
-    log(`serving ${CONTRACT_VERSION} as ${PROVIDER_NAME} on ${hostPort[0]}:${port}`);
+    log(`serving ${CONTRACT_VERSION} as ${PROVIDER_NAME} on ${hostPort[0]}:${port} (${creds.transport})`);
   });
 
   let stopping = false;

@@ -8,16 +8,19 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/sluice-dev/sluice/pkg/kube"
+	"github.com/sluice-dev/sluice/pkg/mtls"
 	"github.com/sluice-dev/sluice/pkg/serve"
 	"github.com/sluice-dev/sluice/services/admitter/app"
 )
@@ -48,9 +51,13 @@ func run() error {
 	}
 	kf := kube.BindClientFlags(fs)
 	var cfg app.Config
-	var namespace string
+	var namespace, trustDomain string
+	var groupers stringList
+	cfg.TLS = mtls.BindFlags(fs, "the grouper's client certificates")
+	fs.Var(&groupers, "grouper-identity", "certificate identity (URI SAN) of the grouper, the only caller of the workload methods; repeat for more (default: spiffe://<trust domain>/ns/<namespace>/sa/sluice-grouper)")
+	fs.StringVar(&trustDomain, "trust-domain", mtls.DefaultTrustDomain, "SPIFFE trust domain of the default --grouper-identity")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", app.DefaultGRPCAddr, "address AdmitterService (gRPC) listens on")
-	fs.StringVar(&namespace, "namespace", app.DefaultNamespace, "namespace sluice runs in (holds the leader Lease)")
+	fs.StringVar(&namespace, "namespace", app.DefaultNamespace, "namespace sluice runs in (holds the leader Lease, and the Secrets AdmissionChecks' spec.tls names)")
 	fs.BoolVar(&cfg.LeaderElect, "leader-elect", inCluster(), "run only while holding the leader Lease (default true in a cluster); standbys serve NOT_SERVING health")
 	fs.StringVar(&cfg.LeaseNamespace, "lease-namespace", "", "namespace of the leader Lease (default: --namespace)")
 	fs.StringVar(&cfg.LeaseName, "lease-name", app.DefaultLeaseName, "name of the leader Lease")
@@ -77,8 +84,18 @@ func run() error {
 	if err := cfg.WaitForPodsReady.Validate(); err != nil {
 		return err
 	}
+	cfg.Namespace = namespace
 	if cfg.LeaseNamespace == "" {
 		cfg.LeaseNamespace = namespace
+	}
+	cfg.Groupers = groupers
+	if len(cfg.Groupers) == 0 {
+		cfg.Groupers = []string{mtls.ServiceIdentity(trustDomain, namespace, "sluice-grouper")}
+	}
+	if cfg.TLS.Enabled() {
+		if err := cfg.TLS.Validate(); err != nil {
+			return err
+		}
 	}
 
 	return serve.Main(context.Background(), os.Stderr, serviceName, version, sf, func(ctx context.Context, log logr.Logger) error {
@@ -90,7 +107,21 @@ func run() error {
 		cfg.HTTPAddr = sf.HTTPAddr
 		cfg.Pprof = sf.Pprof
 		log.Info("starting", "version", version, "grpcAddr", cfg.GRPCAddr, "httpAddr", cfg.HTTPAddr,
-			"leaderElect", cfg.LeaderElect, "lease", cfg.LeaseNamespace+"/"+cfg.LeaseName)
+			"leaderElect", cfg.LeaderElect, "lease", cfg.LeaseNamespace+"/"+cfg.LeaseName,
+			"mutualTLS", cfg.TLS.Enabled(), "groupers", cfg.Groupers)
 		return app.Run(ctx, log, cfg)
 	})
+}
+
+// stringList is a flag that may be repeated.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ",") }
+
+func (l *stringList) Set(v string) error {
+	if v == "" {
+		return errors.New("must not be empty")
+	}
+	*l = append(*l, v)
+	return nil
 }

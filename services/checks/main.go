@@ -6,6 +6,9 @@
 //
 // Locally it listens on 127.0.0.1:9091 (gRPC) and :8084 (/healthz, /readyz,
 // /metrics); in a cluster, run it with --grpc-addr=:9091 behind a Service.
+// --tls-cert-file and --tls-key-file serve gRPC over TLS, and --tls-ca-file
+// requires the admitter's client certificate (mutual TLS); the files are
+// read again every --tls-refresh-interval.
 package main
 
 import (
@@ -24,6 +27,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
+	"github.com/sluice-dev/sluice/pkg/mtls"
 	"github.com/sluice-dev/sluice/pkg/serve"
 	"github.com/sluice-dev/sluice/services/checks/providers/nodepool"
 	"github.com/sluice-dev/sluice/services/checks/sdk"
@@ -58,29 +62,39 @@ func run(ctx context.Context, args []string, logOut io.Writer, onListen listenin
 	fs.Lookup("http-addr").DefValue = defaultHTTPAddr
 	grpcAddr := fs.String("grpc-addr", defaultGRPCAddr, "address serving sluice.checks.v1, grpc.health.v1 and reflection (in a cluster: :9091)")
 	shutdownTimeout := fs.Duration("shutdown-timeout", 10*time.Second, "how long calls in flight may finish after SIGTERM")
+	tlsFiles := mtls.BindServerFlags(fs, "the admitter's client certificate (the AdmissionCheck's spec.tls.clientCertificateSecretRef)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return err
 	}
+	if !tlsFiles.Enabled() {
+		tlsFiles = nil
+	} else if err := tlsFiles.ValidateServer(); err != nil {
+		return err
+	}
 
 	return serve.Main(ctx, logOut, serviceName, version, sf, func(ctx context.Context, log logr.Logger) error {
-		return serveChecks(ctx, log, sf, *grpcAddr, *shutdownTimeout, onListen)
+		return serveChecks(ctx, log, sf, *grpcAddr, *shutdownTimeout, tlsFiles, onListen)
 	})
 }
 
-// serveChecks serves the built-in providers over gRPC and the probes and
-// metrics over HTTP until ctx ends.
-func serveChecks(ctx context.Context, log logr.Logger, sf *serve.Flags, grpcAddr string, shutdownTimeout time.Duration, onListen listening) error {
+// serveChecks serves the built-in providers over gRPC (TLS when tlsFiles
+// is set) and the probes and metrics over plaintext HTTP until ctx ends.
+func serveChecks(ctx context.Context, log logr.Logger, sf *serve.Flags, grpcAddr string, shutdownTimeout time.Duration, tlsFiles *mtls.Files, onListen listening) error {
 	reg := serve.NewRegistry()
 	metrics := grpcprom.NewServerMetrics()
 	reg.MustRegister(metrics)
-	srv, err := sdk.NewServer(nodepool.Info(version), nodepool.Checker{},
+	opts := []sdk.Option{
 		sdk.WithLogger(log),
 		sdk.WithShutdownTimeout(shutdownTimeout),
 		sdk.WithServerOptions(grpc.ChainUnaryInterceptor(metrics.UnaryServerInterceptor())),
-	)
+	}
+	if tlsFiles != nil {
+		opts = append(opts, sdk.WithTLS(*tlsFiles))
+	}
+	srv, err := sdk.NewServer(nodepool.Info(version), nodepool.Checker{}, opts...)
 	if err != nil {
 		return err
 	}
@@ -106,7 +120,10 @@ func serveChecks(ctx context.Context, log logr.Logger, sf *serve.Flags, grpcAddr
 	})
 
 	log.Info("starting", "version", version, "grpcAddr", grpcLis.Addr().String(), "httpAddr", httpLis.Addr().String(),
-		"providers", []string{nodepool.ProviderName})
+		"providers", []string{nodepool.ProviderName}, "transport", transport(tlsFiles))
+	if tlsFiles == nil {
+		log.Info("serving gRPC in plaintext: the admitter calls a plaintext provider only on a loopback endpoint or when its AdmissionCheck sets spec.insecurePlaintext; --tls-cert-file and --tls-key-file serve TLS")
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		serving.Store(true)
@@ -118,4 +135,16 @@ func serveChecks(ctx context.Context, log logr.Logger, sf *serve.Flags, grpcAddr
 		onListen(grpcLis.Addr(), httpLis.Addr())
 	}
 	return g.Wait()
+}
+
+// transport says how the gRPC server secures its connections, for the log.
+func transport(f *mtls.Files) string {
+	switch {
+	case f == nil:
+		return "plaintext"
+	case f.CAFile != "":
+		return "mutual TLS"
+	default:
+		return "TLS"
+	}
 }

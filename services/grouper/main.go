@@ -21,6 +21,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/sluice-dev/sluice/pkg/kube"
+	"github.com/sluice-dev/sluice/pkg/mtls"
 	"github.com/sluice-dev/sluice/pkg/serve"
 	"github.com/sluice-dev/sluice/services/grouper/internal/app"
 	"github.com/sluice-dev/sluice/services/grouper/internal/release"
@@ -56,6 +57,8 @@ func run() error {
 	var cfg app.Config
 	var shardIndex, shardCount uint
 	fs.StringVar(&cfg.AdmitterAddr, "admitter-addr", "127.0.0.1:9090", "gRPC target of the admitter (e.g. dns:///admitter.sluice-system:9090)")
+	cfg.TLS = mtls.BindFlags(fs, "the admitter's serving certificate")
+	fs.StringVar(&cfg.AdmitterServerName, "admitter-server-name", "", "name the admitter's certificate must hold (default: the host of --admitter-addr)")
 	fs.IntVar(&cfg.Workers, "workers", 32, "pods handled at once (bounds concurrent ungate patches and admitter calls)")
 	fs.UintVar(&shardIndex, "shard-index", 0, "index of this replica's shard, below --shard-count")
 	fs.UintVar(&shardCount, "shard-count", 1, "number of shards the workloads are split into (fnv32a(namespace/workload) % count)")
@@ -78,7 +81,7 @@ func run() error {
 		}
 		cfg.HTTPAddr = sf.HTTPAddr
 		cfg.Pprof = sf.Pprof
-		log.Info("starting", "version", version, "admitter", cfg.AdmitterAddr, "workers", cfg.Workers,
+		log.Info("starting", "version", version, "admitter", cfg.AdmitterAddr, "mutualTLS", cfg.TLS.Enabled(), "workers", cfg.Workers,
 			"shardIndex", cfg.Shard.Index, "shardCount", cfg.Shard.Count)
 		return app.Run(ctx, log, cfg)
 	})

@@ -9,7 +9,11 @@
 // pings (--keepalive-soak) and, for the JavaScript provider, every
 // fixture of examples/checks-js/fixtures.json passed. It then has to exit
 // cleanly on SIGTERM. The kit runs against all providers at once, so the
-// soak costs its length once.
+// soak costs its length once. The checks service serves mutual TLS, with
+// certificates of a devca CA written to a temporary directory, and the kit
+// dials it with the admitter's client certificate (--ca-file, --cert-file,
+// --key-file, --server-name), as sluice does for an AdmissionCheck with
+// spec.tls; the example providers serve plaintext.
 //
 // The binaries come from $SLUICE_SERVICES_BIN (`make e2e` sets it to bin/)
 // or are built into a temporary directory. The JavaScript provider needs
@@ -35,9 +39,12 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	checksv1 "github.com/sluice-dev/sluice/gen/sluice/checks/v1"
+	"github.com/sluice-dev/sluice/internal/devca"
+	"github.com/sluice-dev/sluice/pkg/mtls"
 	"github.com/sluice-dev/sluice/test/harness"
 	"github.com/sluice-dev/sluice/test/testenv"
 )
@@ -100,6 +107,11 @@ type provider struct {
 	// the kit skips for providers without a capability this one has, and
 	// the provider's fixtures. Keepalive/Soak is added for every provider.
 	mustPass []string
+	// creds dial the provider when it serves TLS (nil: plaintext), as
+	// kitArgs tell the kit to; transport is how the kit's first line then
+	// names it, such as " (mutual TLS)".
+	creds     credentials.TransportCredentials
+	transport string
 }
 
 func TestShippedProvidersPassConformance(t *testing.T) {
@@ -108,6 +120,8 @@ func TestShippedProvidersPassConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	jsFixtures := filepath.Join(root, "examples", "checks-js", "fixtures.json")
+	certs := issueCertificates(t)
+	checksTLS, admitterTLS := certs.files("checks"), certs.files("admitter")
 	providers := []provider{
 		{
 			name: "checks",
@@ -116,10 +130,15 @@ func TestShippedProvidersPassConformance(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				return exec.Command(filepath.Join(binDir, "checks"), "--grpc-addr", addr, "--http-addr", httpAddr, "--log-format", "text")
+				return exec.Command(filepath.Join(binDir, "checks"), "--grpc-addr", addr, "--http-addr", httpAddr, "--log-format", "text",
+					"--tls-cert-file", checksTLS.CertFile, "--tls-key-file", checksTLS.KeyFile, "--tls-ca-file", checksTLS.CAFile)
 			},
-			kitArgs:  []string{"--check-name", "pool", "--parameters", `{"nodeLabels": {"pool": "a100"}}`},
-			mustPass: []string{"Evaluate/PodSetUpdates"},
+			kitArgs: []string{"--check-name", "pool", "--parameters", `{"nodeLabels": {"pool": "a100"}}`,
+				"--ca-file", admitterTLS.CAFile, "--cert-file", admitterTLS.CertFile, "--key-file", admitterTLS.KeyFile,
+				"--server-name", checksServerName},
+			mustPass:  []string{"Evaluate/PodSetUpdates"},
+			creds:     clientCredentials(t, admitterTLS, checksServerName),
+			transport: " (mutual TLS)",
 		},
 		{
 			name: "checks-js",
@@ -156,7 +175,7 @@ func TestShippedProvidersPassConformance(t *testing.T) {
 				t.Fatal(err)
 			}
 			proc := startProvider(t, p.name, p.start(t, root, addr))
-			proc.waitReady(t, addr)
+			proc.waitReady(t, addr, p.creds)
 
 			args := slices.Concat([]string{"--target", addr, "--keepalive-soak", soak}, p.kitArgs)
 			results := make(chan kitResult, 1)
@@ -171,12 +190,60 @@ func TestShippedProvidersPassConformance(t *testing.T) {
 			if r.err != nil {
 				t.Fatalf("%v\n%s", r.err, r.stdout)
 			}
+			if want := "sluice.checks.v1 conformance: " + addr + p.transport + "\n"; !strings.HasPrefix(r.stdout, want) {
+				t.Errorf("the kit's first line is not %q:\n%s", want, r.stdout)
+			}
 			passed := checkKitOutput(t, r.stdout, r.code, slices.Concat(p.mustPass, []string{"Keepalive/Soak"}))
 			t.Logf("%s: %d cases passed", p.name, passed)
 
 			proc.stop(t)
 		})
 	}
+}
+
+// checksServerName is the name the checks service's certificate holds
+// in a cluster, which the kit expects instead of the loopback address it
+// dials (an AdmissionCheck's spec.tls.serverName).
+const checksServerName = "sluice-checks.sluice-system.svc"
+
+// certificates is a directory of identities devca issued to sluice's
+// services, as hack/sluice-certs and cert-manager write them.
+type certificates string
+
+// issueCertificates issues each sluice service a certificate of a new CA,
+// for the test's length.
+func issueCertificates(t *testing.T) certificates {
+	t.Helper()
+	ca, err := devca.New("conformance CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := ca.IssueServices(dir, mtls.DefaultTrustDomain, "sluice-system", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	return certificates(dir)
+}
+
+// files names a service's certificate, key and CA bundle.
+func (c certificates) files(service string) mtls.Files {
+	dir := filepath.Join(string(c), service)
+	return mtls.Files{
+		CertFile: filepath.Join(dir, devca.CertFile),
+		KeyFile:  filepath.Join(dir, devca.KeyFile),
+		CAFile:   filepath.Join(dir, devca.CAFile),
+	}
+}
+
+// clientCredentials dial with f's certificate, expecting serverName.
+func clientCredentials(t *testing.T, f mtls.Files, serverName string) credentials.TransportCredentials {
+	t.Helper()
+	creds, err := f.TLSClientCredentials(serverName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(creds.Close)
+	return creds
 }
 
 // fixtureCases returns the kit's case names for the fixtures in a
@@ -346,11 +413,15 @@ func (p *process) logTail() string {
 	return strings.Join(lines, "\n")
 }
 
-// waitReady calls IdentityService.Probe on addr until it answers
-// ready=true, failing at once if the process exits.
-func (p *process) waitReady(t *testing.T, addr string) {
+// waitReady calls IdentityService.Probe on addr, over creds (nil:
+// plaintext), until it answers ready=true, failing at once if the process
+// exits.
+func (p *process) waitReady(t *testing.T, addr string, creds credentials.TransportCredentials) {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		t.Fatalf("dialling %s at %s: %v", p.name, addr, err)
 	}

@@ -168,7 +168,7 @@ func startJSProvider(ctx context.Context, t *testing.T) *jsProvider {
 			t.Error(err)
 		}
 	})
-	p.waitLine(ctx, t, "listening", regexp.MustCompile(`serving sluice\.checks\.v1 .* on `+regexp.QuoteMeta(addr)+`$`))
+	p.waitLine(ctx, t, "listening", regexp.MustCompile(`serving sluice\.checks\.v1 .* on `+regexp.QuoteMeta(addr)+` \(plaintext\)$`))
 	return p
 }
 

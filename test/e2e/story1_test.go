@@ -37,6 +37,7 @@ func TestStory1SinglePod(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "story1-pool"},
 		Spec: sluicev1alpha1.AdmissionCheckSpec{
 			Endpoint: sluice.ChecksTarget(),
+			TLS:      sluice.ChecksTLS(),
 			Parameters: jsonParams(t, map[string]any{
 				"nodeLabels": map[string]string{"pool": "story1"},
 				"taint":      map[string]string{"key": "pool", "value": "story1", "effect": "NoSchedule"},

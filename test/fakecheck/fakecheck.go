@@ -10,12 +10,16 @@
 //   - invalid answers (InvalidAnswers lists one per rule, with the field and
 //     rule sluice must name) and conflicting ones (ConflictingReady).
 //
+// It serves plaintext unless given TLS (WithTLS, WithTLSFiles; LoopbackTLS
+// issues a certificate for it).
+//
 // It is built with the provider SDK but sends answers unvalidated, so tests
 // can also make it send what sluice must refuse.
 package fakecheck
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"slices"
@@ -24,11 +28,14 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	checksv1 "github.com/sluice-dev/sluice/gen/sluice/checks/v1"
+	"github.com/sluice-dev/sluice/pkg/mtls"
 	"github.com/sluice-dev/sluice/services/checks/sdk"
 )
 
@@ -47,6 +54,7 @@ type options struct {
 	caps          []checksv1.Capability
 	defaultAnswer *checksv1.EvaluateResponse
 	log           logr.Logger
+	serverOpts    []sdk.Option
 }
 
 // Option configures Start.
@@ -70,6 +78,20 @@ func WithDefaultAnswer(resp *checksv1.EvaluateResponse) Option {
 // WithLogger logs the fake's server errors to log.
 func WithLogger(log logr.Logger) Option { return func(o *options) { o.log = log } }
 
+// WithTLS serves TLS with cfg: its certificate, and, with ClientAuth and
+// ClientCAs, mutual TLS. Up serves it again.
+func WithTLS(cfg *tls.Config) Option {
+	return func(o *options) {
+		o.serverOpts = append(o.serverOpts, sdk.WithServerOptions(grpc.Creds(credentials.NewTLS(cfg))))
+	}
+}
+
+// WithTLSFiles serves TLS from PEM files, as the SDK's WithTLS does: the
+// certificate and key, and with a CA file mutual TLS.
+func WithTLSFiles(files mtls.Files) Option {
+	return func(o *options) { o.serverOpts = append(o.serverOpts, sdk.WithTLS(files)) }
+}
+
 // WithDown reserves the fake's address but does not listen on it until Up:
 // a provider that is configured but not running. The address is free for
 // anyone to take meanwhile, as a real provider's would be.
@@ -79,11 +101,12 @@ type workloadKey struct{ namespace, name string }
 
 // Provider is a fake provider. Its methods are safe for concurrent use.
 type Provider struct {
-	addr    string   // where the fake listens whenever it serves
-	netAddr net.Addr // addr as its first listener gave it
-	caps    []checksv1.Capability
-	log     logr.Logger
-	ctx     context.Context // Start's; serving ends with it
+	addr       string   // where the fake listens whenever it serves
+	netAddr    net.Addr // addr as its first listener gave it
+	caps       []checksv1.Capability
+	log        logr.Logger
+	serverOpts []sdk.Option    // TLS, for every server Up starts
+	ctx        context.Context // Start's; serving ends with it
 
 	// srvMu guards the serving state; it is never held with mu.
 	srvMu   sync.Mutex
@@ -120,6 +143,7 @@ func Start(ctx context.Context, opts ...Option) (*Provider, error) {
 	p := &Provider{
 		caps:          o.caps,
 		log:           o.log,
+		serverOpts:    o.serverOpts,
 		ctx:           ctx,
 		defaultAnswer: o.defaultAnswer,
 		answers:       map[workloadKey]*checksv1.EvaluateResponse{},
@@ -150,8 +174,8 @@ func Start(ctx context.Context, opts ...Option) (*Provider, error) {
 // serveLocked starts a server on lis; p.srvMu must be held. The SDK's
 // servers serve once, so every Up builds a new one.
 func (p *Provider) serveLocked(lis net.Listener) error {
-	srv, err := sdk.NewServer(sdk.Info{Name: ProviderName, VendorVersion: "test", Capabilities: p.caps}, checker{p},
-		sdk.WithLogger(p.log), sdk.WithoutResponseValidation(), sdk.WithShutdownTimeout(time.Second))
+	opts := append([]sdk.Option{sdk.WithLogger(p.log), sdk.WithoutResponseValidation(), sdk.WithShutdownTimeout(time.Second)}, p.serverOpts...)
+	srv, err := sdk.NewServer(sdk.Info{Name: ProviderName, VendorVersion: "test", Capabilities: p.caps}, checker{p}, opts...)
 	if err != nil {
 		return fmt.Errorf("fakecheck: %w", err)
 	}

@@ -38,10 +38,11 @@ type Sluice struct {
 }
 
 // Start installs the CRDs, the system namespace and each service's
-// ServiceAccount, RBAC and flow control from deploy/, then starts the
-// services, each with a kubeconfig of its own ServiceAccount (so a verb
-// missing from deploy/ fails here as it would in a cluster), and waits
-// until each is ready.
+// ServiceAccount, RBAC and flow control from deploy/, issues each service
+// a certificate for mutual TLS from a CA of its own (IssueIdentities), then
+// starts the services, each with a kubeconfig of its own ServiceAccount (so
+// a verb missing from deploy/ fails here as it would in a cluster), and
+// waits until each is ready.
 func Start(ctx context.Context, env *testenv.Env, opts Options) (*Sluice, error) {
 	if opts.BinDir != "" && len(opts.Tags) > 0 {
 		return nil, fmt.Errorf("harness: build tags %v need BinDir empty: the binaries in %s were built without them", opts.Tags, opts.BinDir)
@@ -54,6 +55,10 @@ func Start(ctx context.Context, env *testenv.Env, opts Options) (*Sluice, error)
 	}
 	kc, err := WriteKubeconfigs(ctx, env, filepath.Join(env.Dir, "sluice-identities"))
 	if err != nil {
+		return nil, err
+	}
+	certs := filepath.Join(env.Dir, "sluice-certs")
+	if err := IssueIdentities(ctx, env.Config, certs); err != nil {
 		return nil, err
 	}
 	bin := opts.BinDir
@@ -80,12 +85,14 @@ func Start(ctx context.Context, env *testenv.Env, opts Options) (*Sluice, error)
 		return NewService(name, filepath.Join(bin, name), args, httpAddr,
 			filepath.Join(logDir(env), "sluice-"+name+".log"))
 	}
-	s.Admitter = svc("admitter", admitterHTTP, "--kubeconfig", kc["admitter"], "--grpc-addr", admitterGRPC,
-		"--namespace", SystemNamespace, "--leader-elect=false")
+	// The services speak mutual TLS to each other, as in a cluster.
+	s.Admitter = svc("admitter", admitterHTTP, append(tlsArgs(certs, "admitter"), "--kubeconfig", kc["admitter"],
+		"--grpc-addr", admitterGRPC, "--namespace", SystemNamespace, "--leader-elect=false")...)
 	s.Admitter.GRPCAddr = admitterGRPC
-	s.Checks = svc("checks", checksHTTP, "--grpc-addr", checksGRPC)
+	s.Checks = svc("checks", checksHTTP, append(tlsArgs(certs, "checks"), "--grpc-addr", checksGRPC)...)
 	s.Checks.GRPCAddr = checksGRPC
-	s.Grouper = svc("grouper", grouperHTTP, "--kubeconfig", kc["grouper"], "--admitter-addr", admitterGRPC)
+	s.Grouper = svc("grouper", grouperHTTP, append(tlsArgs(certs, "grouper"), "--kubeconfig", kc["grouper"],
+		"--admitter-addr", admitterGRPC)...)
 	s.Webhook = svc("webhook", webhookHTTP, "--kubeconfig", kc["webhook"], "--webhook-port", portOf(webhookAddr),
 		"--self-register", "--shutdown-delay", "0s", "--cert-dir", filepath.Join(env.Dir, "webhook-certs"))
 	s.Webhook.GRPCAddr = webhookAddr // its "gRPC" address is the HTTPS webhook's

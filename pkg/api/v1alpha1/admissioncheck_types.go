@@ -14,11 +14,14 @@ const (
 	// answer, with a message that says why. It is the default.
 	FailClosed FailurePolicy = "Fail"
 	// IgnoreFailure treats a provider that cannot answer as Ready without
-	// updates. Use it only for advisory checks.
+	// updates. Use it only for advisory checks. It never covers TLS
+	// failures (see AdmissionCheckSpec.FailurePolicy).
 	IgnoreFailure FailurePolicy = "Ignore"
 )
 
 // AdmissionCheckSpec says where a check's provider is and how to call it.
+// +kubebuilder:validation:XValidation:rule="!(has(self.tls) && has(self.insecurePlaintext) && self.insecurePlaintext)",message="tls and insecurePlaintext are mutually exclusive"
+// +kubebuilder:validation:XValidation:rule="has(self.tls) || (has(self.insecurePlaintext) && self.insecurePlaintext) || self.endpoint.matches('^(unix:|unix-abstract:|((dns|passthrough):(//[^/]*)?/)?(localhost|127([.][0-9]{1,3}){3}|[[]::1[]])(:[0-9]+)?$)')",message="a provider that is not on loopback needs tls (or insecurePlaintext: true to allow plaintext)"
 type AdmissionCheckSpec struct {
 	// endpoint is the gRPC target of the provider that serves
 	// sluice.checks.v1, for example dns:///checks.sluice-system:9090.
@@ -40,6 +43,11 @@ type AdmissionCheckSpec struct {
 
 	// failurePolicy says what happens when the provider cannot be reached
 	// or answers with an error. Defaults to Fail: the workload waits.
+	// Ignore counts such a provider as Ready without updates, but never a
+	// TLS failure: when spec.tls cannot be used (a Secret or key missing,
+	// a PEM that does not parse, plaintext refused) or the provider's
+	// certificate does not verify, the workload waits whatever the policy,
+	// because a provider that cannot be verified may not be the provider.
 	// +optional
 	// +kubebuilder:default=Fail
 	FailurePolicy FailurePolicy `json:"failurePolicy,omitempty"`
@@ -47,6 +55,71 @@ type AdmissionCheckSpec struct {
 	// retry sets the backoff between calls while the provider fails.
 	// +optional
 	Retry *RetryPolicy `json:"retry,omitempty"`
+
+	// tls secures the connection to the provider: the CA that signs its
+	// certificate and, for mutual TLS, the certificate the admitter
+	// presents. Without it the connection is plaintext, which is allowed
+	// only to a loopback endpoint or with insecurePlaintext.
+	// +optional
+	TLS *ProviderTLS `json:"tls,omitempty"`
+
+	// insecurePlaintext allows a plaintext connection to a provider that is
+	// not on loopback. Anyone on the path can then read the workloads and
+	// forge the provider's answers; use it only inside a network that is
+	// itself encrypted and trusted.
+	// +optional
+	InsecurePlaintext bool `json:"insecurePlaintext,omitempty"`
+}
+
+// ProviderTLS is how the admitter checks the provider's certificate and
+// which certificate it presents. Secrets are read from the namespace sluice
+// runs in and are read again when they change.
+// +kubebuilder:validation:XValidation:rule="has(self.caBundle) != has(self.caSecretRef)",message="exactly one of caBundle and caSecretRef must be set"
+type ProviderTLS struct {
+	// serverName is the name the provider's certificate must hold.
+	// Defaults to the host of spec.endpoint.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ServerName string `json:"serverName,omitempty"`
+
+	// caBundle is the PEM bundle of CA certificates that sign the
+	// provider's certificate.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=65536
+	CABundle string `json:"caBundle,omitempty"`
+
+	// caSecretRef names a Secret in sluice's namespace that holds the CA
+	// bundle, such as a cert-manager Certificate's Secret (key ca.crt).
+	// +optional
+	CASecretRef *SecretKeyReference `json:"caSecretRef,omitempty"`
+
+	// clientCertificateSecretRef names a kubernetes.io/tls Secret in
+	// sluice's namespace whose certificate (tls.crt, tls.key) the admitter
+	// presents to the provider: mutual TLS.
+	// +optional
+	ClientCertificateSecretRef *SecretReference `json:"clientCertificateSecretRef,omitempty"`
+}
+
+// SecretKeyReference is one key of a Secret in sluice's namespace.
+type SecretKeyReference struct {
+	// name of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// key in the Secret's data. Defaults to ca.crt.
+	// +optional
+	// +kubebuilder:default="ca.crt"
+	// +kubebuilder:validation:MaxLength=253
+	Key string `json:"key,omitempty"`
+}
+
+// SecretReference is a Secret in sluice's namespace.
+type SecretReference struct {
+	// name of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
 }
 
 // RetryPolicy is an exponential backoff.
@@ -96,6 +169,21 @@ type ProviderInfo struct {
 const (
 	// AdmissionCheckActive is True when the provider is reachable.
 	AdmissionCheckActive = "Active"
+)
+
+// Reasons of an Active condition, and of a workload's check state, when
+// the connection to the provider cannot be secured. failurePolicy Ignore
+// does not cover them.
+const (
+	// ReasonTLSConfigInvalid: spec.tls cannot be used — a Secret or key is
+	// missing, a PEM bundle or key pair does not parse — or the spec asks
+	// for plaintext to an endpoint that is not on loopback.
+	ReasonTLSConfigInvalid = "TLSConfigInvalid"
+	// ReasonTLSHandshakeFailed: the TLS handshake with the provider failed,
+	// such as when its certificate does not verify against the CA bundle
+	// (x509: certificate signed by unknown authority) or does not name the
+	// server name, or when the provider refused the client certificate.
+	ReasonTLSHandshakeFailed = "TLSHandshakeFailed"
 )
 
 // +genclient

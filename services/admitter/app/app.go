@@ -12,9 +12,12 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -26,8 +29,10 @@ import (
 	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 	"github.com/sluice-dev/sluice/pkg/kube"
+	"github.com/sluice-dev/sluice/pkg/mtls"
 	"github.com/sluice-dev/sluice/pkg/rpc"
 	"github.com/sluice-dev/sluice/pkg/serve"
+	"github.com/sluice-dev/sluice/services/admitter/internal/authz"
 	"github.com/sluice-dev/sluice/services/admitter/internal/checks"
 	"github.com/sluice-dev/sluice/services/admitter/internal/controller"
 	"github.com/sluice-dev/sluice/services/admitter/internal/metrics"
@@ -58,12 +63,24 @@ type Config struct {
 	// listened on.
 	GRPCListener net.Listener
 	GRPCAddr     string
+	// TLS, when enabled, serves AdmitterService with mutual TLS from these
+	// files, read again while running. Without it the admitter serves
+	// plaintext, and only on a loopback address.
+	TLS *mtls.Files
+	// Groupers are the certificate identities (URI SANs) allowed to call
+	// the grouper's methods; see authz.Methods.
+	Groupers []string
 	// HTTPListener, if set, serves /healthz, /readyz and /metrics;
 	// otherwise HTTPAddr is listened on, and nothing when it is empty.
 	HTTPListener net.Listener
 	HTTPAddr     string
 	// Pprof serves Go's profiles under /debug/pprof/ with the probes.
 	Pprof bool
+
+	// Namespace is the namespace sluice runs in, the only one whose
+	// Secrets the admitter reads (those AdmissionChecks' spec.tls names);
+	// empty means DefaultNamespace.
+	Namespace string
 
 	// LeaderElect runs only while holding the Lease LeaseNamespace/LeaseName.
 	LeaderElect    bool
@@ -143,6 +160,34 @@ func (w WaitForPodsReady) policy() (startup.Policy, error) {
 	return p, nil
 }
 
+// serverSecurity returns the gRPC server's transport credentials and
+// authorization, and what stops the credentials' file watching.
+func serverSecurity(log logr.Logger, cfg Config) ([]grpc.ServerOption, func(), error) {
+	policy := &authz.Policy{Groupers: cfg.Groupers}
+	authOpts := []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(auth.UnaryServerInterceptor(policy.Authorize)),
+		grpc.ChainStreamInterceptor(auth.StreamServerInterceptor(policy.Authorize)),
+	}
+	if cfg.TLS.Enabled() {
+		creds, err := cfg.TLS.ServerCredentials()
+		if err != nil {
+			return nil, nil, fmt.Errorf("admitter gRPC: %w", err)
+		}
+		return append(authOpts, grpc.Creds(creds)), creds.Close, nil
+	}
+	addr := cfg.GRPCAddr
+	if cfg.GRPCListener != nil {
+		addr = cfg.GRPCListener.Addr().String()
+	}
+	if !mtls.LoopbackAddr(addr) {
+		return nil, nil, fmt.Errorf("--grpc-addr %s is not a loopback address, and the admitter serves it without TLS only on loopback: "+
+			"set --tls-cert-file, --tls-key-file and --tls-ca-file", addr)
+	}
+	log.Info("serving gRPC in plaintext on loopback: callers are not authenticated", "grpcAddr", addr)
+	policy.Plaintext = true
+	return authOpts, func() {}, nil
+}
+
 // shrinkWorkloads is the Workload informer's transform: managed fields
 // stripped like every object's, and finished workloads shrunk.
 func shrinkWorkloads(obj any) (any, error) {
@@ -168,6 +213,9 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 	}
 	if cfg.LeaseName == "" {
 		cfg.LeaseName = DefaultLeaseName
+	}
+	if cfg.Namespace == "" {
+		cfg.Namespace = DefaultNamespace
 	}
 	startDefault, err := cfg.WaitForPodsReady.policy()
 	if err != nil {
@@ -204,6 +252,7 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 			DefaultTransform: cache.TransformStripManagedFields(),
 			ByObject: map[client.Object]cache.ByObject{
 				&v1alpha1.Workload{}: {Transform: shrinkWorkloads},
+				&corev1.Secret{}:     providerSecrets(cfg.Namespace),
 			},
 		},
 	})
@@ -211,13 +260,18 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 		return fmt.Errorf("create manager: %w", err)
 	}
 
-	grpcSrv := rpc.NewServer(log.WithName("grpc"))
+	grpcOpts, closeCreds, err := serverSecurity(log, cfg)
+	if err != nil {
+		return err
+	}
+	defer closeCreds()
+	grpcSrv := rpc.NewServer(log.WithName("grpc"), grpcOpts...)
 	grpcSrv.Health.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 
 	broadcaster := stream.New(stream.Options{
 		OnSend: func(a admitterv1.Decision_Action) { m.DecisionsStreamed.WithLabelValues(a.String()).Inc() },
 	})
-	pool := checks.NewPool(log.WithName("checks"), m)
+	pool := checks.NewPool(log.WithName("checks"), m, checks.WithSecrets(mgr.GetCache(), cfg.Namespace))
 	defer pool.Close()
 
 	adm := controller.New(controller.Config{

@@ -14,6 +14,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
@@ -69,6 +70,10 @@ type Options struct {
 	// (default DefaultKeepaliveTime, sluice's). grpc-go clients raise
 	// anything under 10s to 10s.
 	KeepaliveTime time.Duration
+	// Credentials secure the connection Keepalive/Soak dials of its own:
+	// give the ones conn was dialled with (DialCredentials). Nil dials
+	// plaintext, as Dial does.
+	Credentials credentials.TransportCredentials
 }
 
 // Outcome of one case.
@@ -101,16 +106,29 @@ type Result struct {
 	Elapsed time.Duration
 }
 
-// Dial connects to a provider the way sluice does: plaintext, pinging an
-// idle connection every 30 seconds, with or without calls in flight.
+// Dial connects to a provider the way sluice does to an AdmissionCheck
+// without spec.tls: plaintext, pinging an idle connection every 30
+// seconds, with or without calls in flight.
 func Dial(target string) (*grpc.ClientConn, error) {
-	return dial(target, DefaultKeepaliveTime)
+	return dial(target, DefaultKeepaliveTime, nil)
 }
 
-// dial is Dial with another ping interval and more options.
-func dial(target string, keepaliveTime time.Duration, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
+// DialCredentials is Dial over creds, for a provider that serves TLS: as
+// sluice does for an AdmissionCheck with spec.tls, dial with
+// mtls.Files{CAFile: ...}.TLSClientCredentials(serverName), and add
+// CertFile and KeyFile for mutual TLS. Give Options.Credentials the same
+// creds. Nil creds dial plaintext.
+func DialCredentials(target string, creds credentials.TransportCredentials) (*grpc.ClientConn, error) {
+	return dial(target, DefaultKeepaliveTime, creds)
+}
+
+// dial is DialCredentials with another ping interval and more options.
+func dial(target string, keepaliveTime time.Duration, creds credentials.TransportCredentials, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
 	opts := append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout, PermitWithoutStream: true}),
 	}, extra...)
 	conn, err := grpc.NewClient(target, opts...)
@@ -121,9 +139,14 @@ func dial(target string, keepaliveTime time.Duration, extra ...grpc.DialOption) 
 }
 
 // Run runs every case as a subtest of t, against the provider behind conn.
+// If the kit cannot connect to the provider, it fails t with the reason
+// and runs no case.
 func Run(t *testing.T, conn grpc.ClientConnInterface, opts Options) {
 	t.Helper()
 	s := newSuite(conn, opts)
+	if err := s.connect(t.Context()); err != nil {
+		t.Fatalf("%s: %v", connectCase, err)
+	}
 	for _, c := range s.cases() {
 		t.Run(c.name, func(t *testing.T) {
 			r := s.run(t.Context(), c)
@@ -143,10 +166,16 @@ func RunAll(ctx context.Context, conn grpc.ClientConnInterface, opts Options) []
 }
 
 // Results runs the cases in order and yields each result as its case
-// ends; stopping the range stops the run.
+// ends; stopping the range stops the run. If the kit cannot connect to the
+// provider, the only result is a failed case named Connect that says why.
 func Results(ctx context.Context, conn grpc.ClientConnInterface, opts Options) iter.Seq[Result] {
 	return func(yield func(Result) bool) {
 		s := newSuite(conn, opts)
+		connect := testCase{connectCase, func(ctx context.Context, s *suite) error { return s.connect(ctx) }}
+		if r := s.run(ctx, connect); r.Outcome == Failed {
+			yield(r)
+			return
+		}
 		for _, c := range s.cases() {
 			if !yield(s.run(ctx, c)) {
 				return

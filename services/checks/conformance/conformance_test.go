@@ -266,6 +266,18 @@ var permitKitPings = grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy
 // client connection made with Dial.
 func serveGRPC(t *testing.T, opts []grpc.ServerOption, register func(*grpc.Server)) *grpc.ClientConn {
 	t.Helper()
+	conn, err := Dial(listenGRPC(t, opts, register))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// listenGRPC serves register's services on 127.0.0.1:0 until the test
+// ends and returns the address.
+func listenGRPC(t *testing.T, opts []grpc.ServerOption, register func(*grpc.Server)) string {
+	t.Helper()
 	gs := grpc.NewServer(opts...)
 	register(gs)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -274,25 +286,26 @@ func serveGRPC(t *testing.T, opts []grpc.ServerOption, register func(*grpc.Serve
 	}
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)
-	conn, err := Dial(lis.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn
+	return lis.Addr().String()
 }
 
 // startRaw serves a rawProvider with d's defects.
 func startRaw(t *testing.T, d defects) *grpc.ClientConn {
+	opts, register := rawServer(d)
+	return serveGRPC(t, opts, register)
+}
+
+// rawServer is how to serve a rawProvider with d's defects.
+func rawServer(d defects) ([]grpc.ServerOption, func(*grpc.Server)) {
 	p := &rawProvider{d: d, evaluated: map[string]int{}, released: map[string]bool{}, licenses: map[string]string{}}
 	opts := []grpc.ServerOption{grpc.UnaryInterceptor(d.onTheWire())}
 	if !d.defaultKeepalive {
 		opts = append(opts, permitKitPings)
 	}
-	return serveGRPC(t, opts, func(gs *grpc.Server) {
+	return opts, func(gs *grpc.Server) {
 		checksv1.RegisterIdentityServiceServer(gs, p)
 		checksv1.RegisterCheckServiceServer(gs, p)
-	})
+	}
 }
 
 func outcomes(results []Result, o Outcome) []string {

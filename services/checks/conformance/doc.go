@@ -20,5 +20,11 @@
 // field, as it arrives on the wire. The keepalive soak (Options.
 // KeepaliveSoak) holds an idle connection open through sluice's pings.
 //
+// A provider that serves TLS is dialled with DialCredentials and TLS
+// credentials (mtls.Files.TLSClientCredentials; the command's --ca-file,
+// --cert-file, --key-file and --server-name), as sluice dials one whose
+// AdmissionCheck has spec.tls. A provider the kit cannot connect to fails
+// one case, Connect, that says why, and nothing else runs.
+//
 // The kit imports no Kubernetes module.
 package conformance

@@ -5,13 +5,14 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
-	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 
 	checksv1 "github.com/sluice-dev/sluice/gen/sluice/checks/v1"
 )
@@ -36,15 +37,22 @@ func keepaliveSoak(ctx context.Context, s *suite) error {
 		return skip("the soak dials a connection of its own and needs the target: pass a *grpc.ClientConn (one with a Target method)")
 	}
 	tap := &frameTap{}
+	creds := s.opts.Credentials
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
 	// The soak's connection must not go idle on the client's own timer
 	// (grpc-go's default is 30 minutes): only the provider may end it.
-	conn, err := dial(target, s.opts.KeepaliveTime, grpc.WithContextDialer(tap.dial), grpc.WithIdleTimeout(0))
+	conn, err := dial(target, s.opts.KeepaliveTime, tapCredentials{TransportCredentials: creds, tap: tap}, grpc.WithIdleTimeout(0))
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	identity := checksv1.NewIdentityServiceClient(conn)
 	if err := soakCall(ctx, s, identity); err != nil {
+		if s.opts.Credentials == nil {
+			return fmt.Errorf("Probe before the soak failed: %w (the soak dials plaintext: for a provider that serves TLS, set Options.Credentials to the credentials conn was dialled with)", err)
+		}
 		return fmt.Errorf("Probe before the soak failed: %w", err)
 	}
 	start := time.Now()
@@ -90,9 +98,8 @@ func targetOf(conn grpc.ClientConnInterface) (string, bool) {
 	return t.Target(), true
 }
 
-// frameTap reads the HTTP/2 frames a provider sends on a plaintext
-// connection, to tell why the connection ended: grpc-go's client does not
-// report the GOAWAY it got.
+// frameTap reads the HTTP/2 frames a provider sends, to tell why the
+// connection ended: grpc-go's client does not report the GOAWAY it got.
 type frameTap struct {
 	mu       sync.Mutex
 	pending  []byte // the start of a frame not yet read whole
@@ -113,24 +120,24 @@ const (
 	flagAck        = 0x1
 )
 
-// dial opens the connection grpc-go would, and taps what it reads. grpc-go
-// hands a custom dialer unix targets as "unix:path" or "unix://path".
-func (t *frameTap) dial(ctx context.Context, addr string) (net.Conn, error) {
-	network, address := "tcp", addr
-	switch {
-	case strings.HasPrefix(addr, "unix://"):
-		network, address = "unix", strings.TrimPrefix(addr, "unix://")
-	case strings.HasPrefix(addr, "unix:"):
-		network, address = "unix", strings.TrimPrefix(addr, "unix:")
-	case strings.HasPrefix(addr, "\x00"):
-		network, address = "unix", "@"+addr[1:]
-	}
-	var d net.Dialer
-	c, err := d.DialContext(ctx, network, address)
+// tapCredentials secure a connection as the wrapped credentials do, then
+// tap what it reads: the frames after TLS, or the bytes themselves in
+// plaintext.
+type tapCredentials struct {
+	credentials.TransportCredentials
+	tap *frameTap
+}
+
+func (c tapCredentials) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	conn, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, raw)
 	if err != nil {
-		return nil, fmt.Errorf("dial %s %s: %w", network, address, err)
+		return nil, nil, err
 	}
-	return &tappedConn{Conn: c, tap: t}, nil
+	return &tappedConn{Conn: conn, tap: c.tap}, info, nil
+}
+
+func (c tapCredentials) Clone() credentials.TransportCredentials {
+	return tapCredentials{TransportCredentials: c.TransportCredentials.Clone(), tap: c.tap}
 }
 
 type tappedConn struct {

@@ -3,11 +3,17 @@ package conformance
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	checksv1 "github.com/sluice-dev/sluice/gen/sluice/checks/v1"
 )
 
 // frame is one HTTP/2 frame as a server sends it.
@@ -69,19 +75,26 @@ func TestKeepaliveSoak(t *testing.T) {
 	tests := []struct {
 		name       string
 		d          defects
+		mutualTLS  bool
 		soak       time.Duration
 		want       Outcome
 		wantDetail []string
 	}{
 		{name: "grpc-go's default enforcement", d: defects{defaultKeepalive: true}, soak: 45 * time.Second, want: Failed,
 			wantDetail: []string{"the idle connection left READY", `GOAWAY ENHANCE_YOUR_CALM "too_many_pings"`, "PermitWithoutStream: true"}},
-		{name: "pings permitted", soak: 25 * time.Second, want: Passed},
+		{name: "pings permitted, over mutual TLS", mutualTLS: true, soak: 25 * time.Second, want: Passed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			opts := Options{KeepaliveSoak: tt.soak, KeepaliveTime: 10 * time.Second}
-			r := soakResult(t, RunAll(t.Context(), startRaw(t, tt.d), opts))
+			var conn *grpc.ClientConn
+			if tt.mutualTLS {
+				conn, opts.Credentials = startRawMutualTLS(t, tt.d)
+			} else {
+				conn = startRaw(t, tt.d)
+			}
+			r := soakResult(t, RunAll(t.Context(), conn, opts))
 			if r.Outcome != tt.want {
 				t.Fatalf("Keepalive/Soak = %s %q, want %s", r.Outcome, r.Detail, tt.want)
 			}
@@ -92,6 +105,69 @@ func TestKeepaliveSoak(t *testing.T) {
 			}
 			if tt.want == Passed && r.Elapsed < tt.soak {
 				t.Errorf("passed after %s, before the %s soak ended", r.Elapsed, tt.soak)
+			}
+		})
+	}
+}
+
+// startRawMutualTLS serves a rawProvider with d's defects over mutual TLS
+// and returns a connection of a client with a certificate of its CA, and
+// the client's credentials.
+func startRawMutualTLS(t *testing.T, d defects) (*grpc.ClientConn, credentials.TransportCredentials) {
+	t.Helper()
+	p := newTestPKI(t)
+	server := p.serverTLS(true)
+	serverCreds, err := server.TLSServerCredentials()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(serverCreds.Close)
+	opts, register := rawServer(d)
+	creds := clientTLS(t, p.server, p.client)
+	return dialCredentials(t, listenGRPC(t, append(opts, grpc.Creds(serverCreds)), register), creds), creds
+}
+
+// TestTapCredentials checks that the soak's tap reads the provider's
+// frames in plaintext and, after decryption, over mutual TLS: a server
+// that stops gracefully sends GOAWAY NO_ERROR, which the tap must name.
+func TestTapCredentials(t *testing.T) {
+	for _, mutualTLS := range []bool{false, true} {
+		t.Run(fmt.Sprintf("mutualTLS=%v", mutualTLS), func(t *testing.T) {
+			opts, register := rawServer(defects{})
+			creds := insecure.NewCredentials()
+			if mutualTLS {
+				p := newTestPKI(t)
+				server := p.serverTLS(true)
+				serverCreds, err := server.TLSServerCredentials()
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(serverCreds.Close)
+				opts = append(opts, grpc.Creds(serverCreds))
+				creds = clientTLS(t, p.server, p.client)
+			}
+			gs := grpc.NewServer(opts...)
+			register(gs)
+			lis, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			go func() { _ = gs.Serve(lis) }()
+			defer gs.Stop()
+
+			tap := &frameTap{}
+			conn := dialCredentials(t, lis.Addr().String(), tapCredentials{TransportCredentials: creds, tap: tap})
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			if _, err := checksv1.NewIdentityServiceClient(conn).Probe(ctx, &checksv1.ProbeRequest{}); err != nil {
+				t.Fatal(err)
+			}
+			gs.GracefulStop()
+			if state, left := holdIdle(ctx, conn, 10*time.Second); !left {
+				t.Fatalf("connection still %s after the server stopped", state)
+			}
+			if got := tap.summary(); !strings.Contains(got, "sent GOAWAY NO_ERROR") {
+				t.Errorf("tap summary = %q, want the server's GOAWAY NO_ERROR", got)
 			}
 		})
 	}

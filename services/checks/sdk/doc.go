@@ -11,5 +11,9 @@
 // sluice would refuse. Ready, Pending, Retry and Rejected build answers;
 // DecodeParameters reads an AdmissionCheck's parameters into a struct.
 //
+// WithTLS (and Main's --tls-* flags) serve TLS from PEM files read again
+// while the server runs, and mutual TLS with a client CA: sluice's
+// admitter talks plaintext only to a provider on loopback.
+//
 // The package imports no Kubernetes module.
 package sdk

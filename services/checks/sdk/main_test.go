@@ -3,7 +3,10 @@ package sdk
 import (
 	"bytes"
 	"context"
+	"io"
 	"net"
+	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -44,6 +47,8 @@ func TestRunRefusesWhatCannotServe(t *testing.T) {
 	}
 	defer taken.Close()
 	good := Info{Name: "main.checks.example.com"}
+	tlsDir := issue(t, newCA(t, "CA"), t.TempDir())
+	missing := filepath.Join(t.TempDir(), "ca.crt")
 	tests := []struct {
 		name     string
 		args     []string
@@ -54,6 +59,14 @@ func TestRunRefusesWhatCannotServe(t *testing.T) {
 		{name: "unknown flag", args: []string{"--port", "1"}, info: good, wantCode: 2, wantLog: "flag provided but not defined: -port"},
 		{name: "invalid info", args: []string{"--addr", "127.0.0.1:0"}, info: Info{Name: "Not A DNS Name"}, wantCode: 1, wantLog: "invalid Info"},
 		{name: "address taken", args: []string{"--addr", taken.Addr().String()}, info: good, wantCode: 1, wantLog: "listen on --addr " + taken.Addr().String()},
+		{name: "health address taken", args: []string{"--addr", "127.0.0.1:0", "--health-addr", taken.Addr().String()}, info: good, wantCode: 1,
+			wantLog: "listen on --health-addr " + taken.Addr().String()},
+		{name: "TLS key without certificate", args: []string{"--tls-key-file", tlsDir.key()}, info: good, wantCode: 2,
+			wantLog: "--tls-cert-file is required to serve TLS"},
+		{name: "TLS certificate without key", args: []string{"--tls-cert-file", tlsDir.cert(), "--tls-ca-file", tlsDir.ca()}, info: good, wantCode: 2,
+			wantLog: "--tls-key-file is required to serve TLS"},
+		{name: "TLS CA unreadable", args: []string{"--tls-cert-file", tlsDir.cert(), "--tls-key-file", tlsDir.key(), "--tls-ca-file", missing}, info: good, wantCode: 2,
+			wantLog: "--tls-ca-file: open " + missing},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -116,9 +129,84 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("run did not return after its context ended")
 	}
-	for _, want := range []string{`"msg":"serving sluice.checks.v1"`, `"addr":"` + addr + `"`, `"msg":"provider stopped"`} {
+	for _, want := range []string{`"msg":"serving sluice.checks.v1"`, `"addr":"` + addr + `"`, `"transport":"plaintext"`, `"msg":"serving plaintext: `, `"msg":"provider stopped"`} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("log does not contain %s:\n%s", want, stderr.String())
 		}
 	}
+}
+
+// freeAddr returns a loopback address nothing listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	return lis.Addr().String()
+}
+
+// TestRunServesMutualTLS runs Main's flags for mutual TLS and HTTP probes:
+// a client with a certificate of the CA gets an answer, the log says the
+// transport, and /readyz answers over plaintext HTTP.
+func TestRunServesMutualTLS(t *testing.T) {
+	ca := newCA(t, "CA")
+	server, client := issue(t, ca, t.TempDir()), issue(t, ca, t.TempDir())
+	addr, healthAddr := freeAddr(t), freeAddr(t)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	var stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, "provider", []string{"--addr", addr, "--health-addr", healthAddr,
+			"--tls-cert-file", server.cert(), "--tls-key-file", server.key(), "--tls-ca-file", server.ca(), "--tls-refresh-interval", "1s"},
+			&stderr, Info{Name: "main.checks.example.com"}, EvaluateFunc(readyFunc))
+	}()
+
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(clientCreds(t, client.clientFiles(true))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	callCtx, callCancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer callCancel()
+	if _, err := checksv1.NewCheckServiceClient(conn).Evaluate(callCtx, request(), grpc.WaitForReady(true)); err != nil {
+		t.Fatalf("Evaluate over mutual TLS: %v\n%s", err, stderr.String())
+	}
+	if code, body := httpGet(t, "http://"+healthAddr+"/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz = %d %q, want 200 while serving", code, body)
+	}
+
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit code %d after cancel, want 0; stderr:\n%s", code, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not return after its context ended")
+	}
+	for _, want := range []string{`"transport":"mutual TLS"`, `"msg":"serving HTTP probes"`} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("log does not contain %s:\n%s", want, stderr.String())
+		}
+	}
+	if strings.Contains(stderr.String(), "serving plaintext") {
+		t.Errorf("log says plaintext while serving mutual TLS:\n%s", stderr.String())
+	}
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(body)
 }

@@ -23,6 +23,7 @@ import (
 
 	checksv1 "github.com/sluice-dev/sluice/gen/sluice/checks/v1"
 	"github.com/sluice-dev/sluice/pkg/checkvalidate"
+	"github.com/sluice-dev/sluice/pkg/mtls"
 )
 
 // Checker is a provider's decision logic.
@@ -82,6 +83,7 @@ type config struct {
 	serverOpts         []grpc.ServerOption
 	shutdownTimeout    time.Duration
 	skipResponseChecks bool
+	tls                *mtls.Files
 }
 
 // Option configures NewServer.
@@ -97,6 +99,21 @@ func WithLogger(log logr.Logger) Option {
 // SDK's own, so a later keepalive policy replaces the SDK's.
 func WithServerOptions(opts ...grpc.ServerOption) Option {
 	return func(c *config) { c.serverOpts = append(c.serverOpts, opts...) }
+}
+
+// WithTLS serves TLS from PEM files that are read again every
+// files.Refresh (default a minute), so a rotated certificate applies to
+// new connections without a restart; connections already open keep the
+// certificate they were made with. CertFile and KeyFile are the server's
+// certificate and key (in one directory, as a kubernetes.io/tls Secret
+// volume holds them); with CAFile the server also requires mutual TLS:
+// every client must present a certificate that chains to it, as sluice's
+// admitter does when the AdmissionCheck sets
+// spec.tls.clientCertificateSecretRef. NewServer checks the files and
+// fails, naming each bad one, when they do not load; Serve stops reading
+// them when it returns.
+func WithTLS(files mtls.Files) Option {
+	return func(c *config) { c.tls = &files }
 }
 
 // WithShutdownTimeout bounds how long Serve waits for calls in flight
@@ -120,6 +137,7 @@ type Server struct {
 
 	grpc   *grpc.Server
 	health *health.Server
+	creds  *mtls.Credentials // nil when plaintext
 
 	serveOnce sync.Once
 }
@@ -145,6 +163,13 @@ func NewServer(info Info, checker Checker, opts ...Option) (*Server, error) {
 		return nil, fmt.Errorf("sdk.NewServer: invalid Info: %w", err)
 	}
 	s := &Server{info: pi, checker: checker, cfg: cfg}
+	if cfg.tls != nil {
+		creds, err := cfg.tls.TLSServerCredentials()
+		if err != nil {
+			return nil, fmt.Errorf("sdk.NewServer: TLS: %w", err)
+		}
+		s.creds = creds
+	}
 
 	base := []grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler(
@@ -156,6 +181,9 @@ func NewServer(info Info, checker Checker, opts ...Option) (*Server, error) {
 			PermitWithoutStream: true,
 		}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: serverPingInterval, Timeout: serverPingTimeout}),
+	}
+	if s.creds != nil {
+		base = append(base, grpc.Creds(s.creds))
 	}
 	s.grpc = grpc.NewServer(append(base, cfg.serverOpts...)...)
 	s.health = health.NewServer()
@@ -183,12 +211,31 @@ func (s *Server) GRPCServer() *grpc.Server { return s.grpc }
 // Health is the health service Serve runs; every service starts SERVING.
 func (s *Server) Health() *health.Server { return s.health }
 
+// transport says how WithTLS secures connections, for the log:
+// "plaintext", "TLS" or "mutual TLS". Credentials given with
+// WithServerOptions are not seen.
+func (s *Server) transport() string {
+	switch {
+	case s.cfg.tls == nil:
+		return "plaintext"
+	case s.cfg.tls.CAFile != "":
+		return "mutual TLS"
+	default:
+		return "TLS"
+	}
+}
+
 // Serve serves on lis until ctx ends, then reports NOT_SERVING, waits for
 // calls in flight (at most the shutdown timeout) and returns nil. A Server
 // serves once.
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	err := errors.New("sdk: Server.Serve called twice")
-	s.serveOnce.Do(func() { err = s.serve(ctx, lis) })
+	s.serveOnce.Do(func() {
+		err = s.serve(ctx, lis)
+		if s.creds != nil {
+			s.creds.Close()
+		}
+	})
 	return err
 }
 

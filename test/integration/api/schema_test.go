@@ -163,6 +163,7 @@ func TestAdmissionCheckSchema(t *testing.T) {
 		Spec: sluicev1alpha1.AdmissionCheckSpec{
 			Endpoint:   "dns:///checks.sluice-system:9090",
 			Parameters: &apiextensionsv1.JSON{Raw: []byte(`{"nodeLabels":{"pool":"a"},"nested":{"deep":[1,2]}}`)},
+			TLS:        &sluicev1alpha1.ProviderTLS{CASecretRef: &sluicev1alpha1.SecretKeyReference{Name: "checks-ca"}},
 		},
 	}
 	if err := k8s.Create(ctx, good); err != nil {
@@ -177,17 +178,99 @@ func TestAdmissionCheckSchema(t *testing.T) {
 	if !strings.Contains(string(good.Spec.Parameters.Raw), `"deep":[1,2]`) {
 		t.Errorf("parameters were pruned: %s", good.Spec.Parameters.Raw)
 	}
+	if key := good.Spec.TLS.CASecretRef.Key; key != "ca.crt" {
+		t.Errorf("tls.caSecretRef.key defaulted to %q, want ca.crt", key)
+	}
 
 	for name, spec := range map[string]sluicev1alpha1.AdmissionCheckSpec{
 		"spec.endpoint": {Endpoint: ""},
 		"endpoint must be a gRPC target without spaces": {Endpoint: "dns:/// a b"},
-		"spec.failurePolicy":                            {Endpoint: "x:1", FailurePolicy: "Sometimes"},
+		"spec.failurePolicy":                            {Endpoint: "localhost:1", FailurePolicy: "Sometimes"},
 	} {
 		ac := &sluicev1alpha1.AdmissionCheck{ObjectMeta: metav1.ObjectMeta{GenerateName: "bad-"}, Spec: spec}
 		err := k8s.Create(ctx, ac)
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("AdmissionCheck %+v: error %v, want one mentioning %q", spec, err, name)
 		}
+	}
+}
+
+// TestAdmissionCheckTransportSchema checks the rules on how the admitter
+// reaches a provider: TLS, unless the endpoint is on loopback or
+// insecurePlaintext says otherwise, with exactly one CA source.
+func TestAdmissionCheckTransportSchema(t *testing.T) {
+	const remote = "dns:///checks.vendor-system:9091"
+	inlineCA := &sluicev1alpha1.ProviderTLS{CABundle: "-----BEGIN CERTIFICATE-----\n...\n-----END CERTIFICATE-----\n"}
+	secretCA := &sluicev1alpha1.ProviderTLS{
+		CASecretRef:                &sluicev1alpha1.SecretKeyReference{Name: "vendor-ca", Key: "bundle.pem"},
+		ClientCertificateSecretRef: &sluicev1alpha1.SecretReference{Name: "vendor-client"},
+		ServerName:                 "checks.vendor.example",
+	}
+	const (
+		needsTLS      = "a provider that is not on loopback needs tls (or insecurePlaintext: true to allow plaintext)"
+		exclusive     = "tls and insecurePlaintext are mutually exclusive"
+		oneCA         = "exactly one of caBundle and caSecretRef must be set"
+		secretNameLen = "spec.tls.caSecretRef.name"
+	)
+	tests := []struct {
+		name string
+		spec sluicev1alpha1.AdmissionCheckSpec
+		// wantErr are substrings of the refusal; none: accepted.
+		wantErr []string
+	}{
+		{name: "plaintext to dns:/// loopback", spec: sluicev1alpha1.AdmissionCheckSpec{Endpoint: "dns:///127.0.0.1:9"}},
+		{name: "plaintext to localhost", spec: sluicev1alpha1.AdmissionCheckSpec{Endpoint: "localhost:9"}},
+		{name: "plaintext to a unix socket", spec: sluicev1alpha1.AdmissionCheckSpec{Endpoint: "unix:/x"}},
+		{name: "plaintext to an abstract unix socket", spec: sluicev1alpha1.AdmissionCheckSpec{Endpoint: "unix-abstract:provider"}},
+		{name: "plaintext to IPv6 loopback", spec: sluicev1alpha1.AdmissionCheckSpec{Endpoint: "[::1]:9"}},
+		{name: "plaintext to 127/8 through passthrough", spec: sluicev1alpha1.AdmissionCheckSpec{Endpoint: "passthrough:///127.1.2.3:9"}},
+		{name: "plaintext to loopback without a port", spec: sluicev1alpha1.AdmissionCheckSpec{Endpoint: "localhost"}},
+		{name: "TLS with an inline CA", spec: sluicev1alpha1.AdmissionCheckSpec{Endpoint: remote, TLS: inlineCA}},
+		{name: "mutual TLS from Secrets", spec: sluicev1alpha1.AdmissionCheckSpec{Endpoint: remote, TLS: secretCA}},
+		{name: "TLS to loopback", spec: sluicev1alpha1.AdmissionCheckSpec{Endpoint: "dns:///127.0.0.1:9", TLS: inlineCA}},
+		{name: "insecure plaintext off loopback", spec: sluicev1alpha1.AdmissionCheckSpec{Endpoint: remote, InsecurePlaintext: true}},
+
+		{name: "plaintext off loopback", spec: sluicev1alpha1.AdmissionCheckSpec{Endpoint: remote}, wantErr: []string{needsTLS}},
+		{name: "plaintext to an IP that is not loopback", spec: sluicev1alpha1.AdmissionCheckSpec{Endpoint: "10.0.0.1:9"}, wantErr: []string{needsTLS}},
+		{name: "plaintext to a name that only starts like localhost",
+			spec: sluicev1alpha1.AdmissionCheckSpec{Endpoint: "dns:///localhost.evil.example:9"}, wantErr: []string{needsTLS}},
+		{name: "plaintext to 127.0.0.1 as a prefix", spec: sluicev1alpha1.AdmissionCheckSpec{Endpoint: "127.0.0.1.evil.example:9"}, wantErr: []string{needsTLS}},
+		{name: "plaintext through xds", spec: sluicev1alpha1.AdmissionCheckSpec{Endpoint: "xds:///127.0.0.1:9"}, wantErr: []string{needsTLS}},
+		{name: "insecurePlaintext false off loopback", spec: sluicev1alpha1.AdmissionCheckSpec{Endpoint: remote, InsecurePlaintext: false},
+			wantErr: []string{needsTLS}},
+		{name: "tls and insecurePlaintext", spec: sluicev1alpha1.AdmissionCheckSpec{Endpoint: remote, TLS: inlineCA, InsecurePlaintext: true},
+			wantErr: []string{exclusive}},
+		{name: "tls without a CA", spec: sluicev1alpha1.AdmissionCheckSpec{Endpoint: remote, TLS: &sluicev1alpha1.ProviderTLS{ServerName: "x"}},
+			wantErr: []string{"spec.tls", oneCA}},
+		{name: "tls with two CAs", spec: sluicev1alpha1.AdmissionCheckSpec{Endpoint: remote, TLS: &sluicev1alpha1.ProviderTLS{
+			CABundle: inlineCA.CABundle, CASecretRef: &sluicev1alpha1.SecretKeyReference{Name: "vendor-ca"}}},
+			wantErr: []string{"spec.tls", oneCA}},
+		{name: "a CA Secret without a name", spec: sluicev1alpha1.AdmissionCheckSpec{Endpoint: remote, TLS: &sluicev1alpha1.ProviderTLS{
+			CASecretRef: &sluicev1alpha1.SecretKeyReference{}}},
+			wantErr: []string{secretNameLen}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			ac := &sluicev1alpha1.AdmissionCheck{ObjectMeta: metav1.ObjectMeta{GenerateName: "transport-"}, Spec: tc.spec}
+			err := k8s.Create(ctx, ac)
+			if len(tc.wantErr) == 0 {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				t.Cleanup(func() { _ = k8s.Delete(context.Background(), ac) })
+				return
+			}
+			if err == nil {
+				t.Cleanup(func() { _ = k8s.Delete(context.Background(), ac) })
+				t.Fatalf("accepted %+v, want a refusal", tc.spec)
+			}
+			for _, want := range tc.wantErr {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("refusal %q, want it to contain %q", err, want)
+				}
+			}
+		})
 	}
 }
 

@@ -89,6 +89,8 @@ var deployGrants = []allowed{
 	row(admitter, system, "coordination.k8s.io", "leases", "update", "leader election takes and renews the Lease, and releases it on shutdown"),
 	row(admitter, system, "", "events", "create", "leader election records \"became leader\" on the Lease (core Events)"),
 	row(admitter, system, "", "events", "patch", "a repeated leader-election event is aggregated"),
+	row(admitter, system, "", "secrets", "list", "Secret informer of its own namespace: the CA bundles and client certificates AdmissionChecks' spec.tls names"),
+	row(admitter, system, "", "secrets", "watch", "Secret informer: a rotated or fixed Secret applies to the next provider call and re-probes the checks that name it"),
 
 	row(grouper, cluster, "", "pods", "list", "managed-pod informer, and a live list before calling a group empty"),
 	row(grouper, cluster, "", "pods", "watch", "managed-pod informer"),

@@ -36,8 +36,13 @@ type Answer struct {
 // Read turns the outcome of an Evaluate call into an Answer. An error or an
 // invalid response is no answer: the check stays Pending with a message
 // that says why, unless ac's failurePolicy is Ignore, which makes it Ready
-// without updates.
+// without updates. A TLS failure is no answer whatever the policy: Ignore
+// is for a provider that cannot answer, not for one that cannot be
+// verified.
 func Read(ac *v1alpha1.AdmissionCheck, req *checksv1.EvaluateRequest, resp *checksv1.EvaluateResponse, callErr error) Answer {
+	if tlsErr, ok := AsTLSError(callErr); ok {
+		return tlsFailure(ac, tlsErr)
+	}
 	var failure string
 	final := false
 	switch {
@@ -82,4 +87,14 @@ func Read(ac *v1alpha1.AdmissionCheck, req *checksv1.EvaluateRequest, resp *chec
 		a.State = v1alpha1.CheckStatePending
 	}
 	return a
+}
+
+// tlsFailure is the answer to a call that failed to secure its connection:
+// Pending, with the TLS reason.
+func tlsFailure(ac *v1alpha1.AdmissionCheck, err *TLSError) Answer {
+	msg := err.Error()
+	if ac.Spec.FailurePolicy == v1alpha1.IgnoreFailure {
+		msg += " (not ignored: failurePolicy Ignore does not cover TLS failures)"
+	}
+	return Answer{State: v1alpha1.CheckStatePending, Reason: err.Reason, Message: msg, NoAnswer: true}
 }

@@ -2,6 +2,7 @@ package checks
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -31,12 +32,15 @@ func request() *checksv1.EvaluateRequest {
 
 func TestRead(t *testing.T) {
 	updates := []*checksv1.PodSetUpdate{{Name: "main", Labels: map[string]string{"team": "a"}}}
+	unverified := &TLSError{Reason: v1alpha1.ReasonTLSHandshakeFailed, Err: errors.New("x509: certificate signed by unknown authority")}
+	missingSecret := &TLSError{Reason: v1alpha1.ReasonTLSConfigInvalid, Err: errors.New("spec.tls.caSecretRef: Secret sluice-system/ca not found")}
 	tests := []struct {
 		name      string
 		ac        *v1alpha1.AdmissionCheck
 		resp      *checksv1.EvaluateResponse
 		err       error
 		want      v1alpha1.CheckState
+		reason    string // checked when set
 		noAnswer  bool
 		final     bool
 		msg       string
@@ -76,13 +80,31 @@ func TestRead(t *testing.T) {
 			want: v1alpha1.CheckStatePending, noAnswer: true, msg: "not ready: warming up"},
 		{name: "failurePolicy Ignore makes a failure Ready", ac: check(v1alpha1.IgnoreFailure),
 			err:  errors.New("boom"),
-			want: v1alpha1.CheckStateReady, msg: "ignored: failurePolicy is Ignore"},
+			want: v1alpha1.CheckStateReady, reason: "FailureIgnored", msg: "ignored: failurePolicy is Ignore"},
+		{name: "failurePolicy Ignore makes an unreachable provider Ready", ac: check(v1alpha1.IgnoreFailure),
+			err:  status.Error(codes.Unavailable, "connection refused"),
+			want: v1alpha1.CheckStateReady, reason: "FailureIgnored", msg: "no answer from the provider (Unavailable)"},
+		{name: "a certificate that does not verify stays pending", ac: check(v1alpha1.FailClosed),
+			err:  unverified,
+			want: v1alpha1.CheckStatePending, reason: v1alpha1.ReasonTLSHandshakeFailed, noAnswer: true,
+			msg: "TLS handshake with the provider failed: x509: certificate signed by unknown authority"},
+		{name: "failurePolicy Ignore does not ignore a certificate that does not verify", ac: check(v1alpha1.IgnoreFailure),
+			err:  fmt.Errorf("evaluate: %w", unverified),
+			want: v1alpha1.CheckStatePending, reason: v1alpha1.ReasonTLSHandshakeFailed, noAnswer: true,
+			msg: "x509: certificate signed by unknown authority (not ignored: failurePolicy Ignore does not cover TLS failures)"},
+		{name: "failurePolicy Ignore does not ignore TLS settings that cannot be used", ac: check(v1alpha1.IgnoreFailure),
+			err:  missingSecret,
+			want: v1alpha1.CheckStatePending, reason: v1alpha1.ReasonTLSConfigInvalid, noAnswer: true,
+			msg: "Secret sluice-system/ca not found (not ignored"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got := Read(tc.ac, request(), tc.resp, tc.err)
 			if got.State != tc.want || got.NoAnswer != tc.noAnswer || got.Final != tc.final {
 				t.Fatalf("Read = %+v, want state %s noAnswer %v final %v", got, tc.want, tc.noAnswer, tc.final)
+			}
+			if tc.reason != "" && got.Reason != tc.reason {
+				t.Fatalf("reason %q, want %q", got.Reason, tc.reason)
 			}
 			if !strings.Contains(got.Message, tc.msg) {
 				t.Fatalf("message %q, want it to contain %q", got.Message, tc.msg)
@@ -135,6 +157,12 @@ func TestActivity(t *testing.T) {
 			&checksv1.ProbeResponse{Ready: true}, nil, false, "InvalidProviderInfo"},
 		{"not ready", good, &checksv1.ProbeResponse{Ready: false, Message: "warming"}, nil, false, "ProviderNotReady"},
 		{"probe failed", good, nil, errors.New("probe: boom"), false, "ProbeFailed"},
+		{"certificate not verified", nil, nil,
+			fmt.Errorf("GetProviderInfo: %w", &TLSError{Reason: v1alpha1.ReasonTLSHandshakeFailed, Err: errors.New("x509: unknown authority")}),
+			false, v1alpha1.ReasonTLSHandshakeFailed},
+		{"TLS settings cannot be used", nil, nil,
+			fmt.Errorf("GetProviderInfo: %w", &TLSError{Reason: v1alpha1.ReasonTLSConfigInvalid, Err: errors.New("Secret not found")}),
+			false, v1alpha1.ReasonTLSConfigInvalid},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,7 +1,9 @@
 // Package checks is the admitter's side of sluice.checks.v1: one gRPC
-// connection per provider endpoint, calls bounded by each AdmissionCheck's
-// timeout and timed in metrics, and the reading of a provider's answer
-// (validated with pkg/checkvalidate) as a check state for the workload.
+// connection per provider endpoint and transport (plaintext, or TLS with
+// the material the AdmissionCheck's spec.tls names), calls bounded by each
+// AdmissionCheck's timeout and timed in metrics, and the reading of a
+// provider's answer (validated with pkg/checkvalidate) as a check state
+// for the workload.
 package checks
 
 import (
@@ -99,8 +101,8 @@ type idleTimeoutOption struct {
 }
 
 // WithIdleTimeout sets how long a provider connection may go without a
-// call before the pool closes it and forgets its endpoint; the next call
-// to that endpoint dials it again. A connection with a call in flight is
+// call before the pool closes it and forgets it; the next call to that
+// endpoint dials it again. A connection with a call in flight is
 // never closed. d <= 0 keeps connections until Pool.Close. The default is
 // DefaultIdleTimeout. It takes effect only when passed to NewPool (it is a
 // grpc.DialOption so that NewPool keeps its signature).
@@ -108,20 +110,25 @@ func WithIdleTimeout(d time.Duration) grpc.DialOption {
 	return idleTimeoutOption{d: d}
 }
 
-// Pool holds one client connection per provider endpoint, dialled on first
-// use. A connection unused for the idle timeout is closed and dropped by a
-// background sweep, so endpoints that AdmissionChecks no longer name (a
-// check deleted, or its spec.endpoint changed) do not keep connections. It
-// is safe for concurrent use.
+// Pool holds one client connection per provider endpoint and transport,
+// dialled on first use: each call resolves the transport its
+// AdmissionCheck asks for (see WithSecrets) and uses the connection made
+// with exactly that material, so a rotated Secret or a changed spec.tls
+// takes effect with the next call. A connection unused for the idle
+// timeout is closed and dropped by a background sweep, so connections
+// that AdmissionChecks no longer lead to (a check deleted, its
+// spec.endpoint or TLS material changed) do not stay open. It is safe for
+// concurrent use.
 type Pool struct {
 	log         logr.Logger
 	metrics     *metrics.Metrics
 	opts        []grpc.DialOption
+	secrets     secretSource
 	idleTimeout time.Duration
 	now         func() time.Time // the clock; tests replace it
 
 	mu       sync.Mutex
-	conns    map[string]*poolConn
+	conns    map[connKey]*poolConn
 	closed   bool
 	sweeping bool          // the sweep goroutine runs
 	stop     chan struct{} // closed by Close to stop the sweep
@@ -129,56 +136,118 @@ type Pool struct {
 	sweeps   uint64 // sweeps done, for tests
 }
 
-// poolConn is one endpoint's connection and its use, guarded by Pool.mu.
+// connKey names a pooled connection: the endpoint and the fingerprint of
+// the transport material it was dialled with.
+type connKey struct {
+	endpoint    string
+	fingerprint string
+}
+
+// poolConn is one connection and its use, guarded by Pool.mu.
 type poolConn struct {
-	conn     *grpc.ClientConn
-	inFlight int       // calls that hold conn
-	lastUsed time.Time // when a call last took or gave back conn
+	conn *grpc.ClientConn
+	// tlsFailures is the latest TLS failure of conn's transports; nil for
+	// plaintext.
+	tlsFailures *tlsFailures
+	inFlight    int       // calls that hold conn
+	lastUsed    time.Time // when a call last took or gave back conn
 }
 
 // NewPool returns an empty pool. opts are passed to every rpc.Dial, except
-// WithIdleTimeout, which configures the pool.
+// WithIdleTimeout and WithSecrets, which configure the pool.
 func NewPool(log logr.Logger, m *metrics.Metrics, opts ...grpc.DialOption) *Pool {
 	p := &Pool{
 		log:         log,
 		metrics:     m,
 		idleTimeout: DefaultIdleTimeout,
 		now:         time.Now,
-		conns:       map[string]*poolConn{},
+		conns:       map[connKey]*poolConn{},
 		stop:        make(chan struct{}),
 	}
 	for _, o := range opts {
-		if it, ok := o.(idleTimeoutOption); ok {
-			p.idleTimeout = it.d
-			continue
+		switch o := o.(type) {
+		case idleTimeoutOption:
+			p.idleTimeout = o.d
+		case secretsOption:
+			p.secrets = o.source
+		default:
+			p.opts = append(p.opts, o)
 		}
-		p.opts = append(p.opts, o)
 	}
 	return p
 }
 
-// acquire returns the connection to endpoint, dialling it first, and
-// counts a call in flight on it until release.
-func (p *Pool) acquire(endpoint string) (*poolConn, error) {
+// acquire returns the connection to ac's provider with the transport ac
+// asks for, dialling it first, and counts a call in flight on it until
+// release.
+func (p *Pool) acquire(ctx context.Context, ac *v1alpha1.AdmissionCheck) (*poolConn, error) {
+	tr, err := p.secrets.transport(ctx, ac)
+	if err != nil {
+		return nil, err
+	}
+	key := connKey{endpoint: ac.Spec.Endpoint, fingerprint: tr.fingerprint()}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return nil, errPoolClosed
 	}
-	pc, ok := p.conns[endpoint]
+	pc, ok := p.conns[key]
 	if !ok {
-		// rpc.Dial does not connect (grpc.NewClient), so holding mu is cheap.
-		c, err := rpc.Dial(endpoint, p.log.WithValues("endpoint", endpoint), p.opts...)
-		if err != nil {
+		if pc, err = p.dial(key.endpoint, tr); err != nil {
 			return nil, err
 		}
-		pc = &poolConn{conn: c}
-		p.conns[endpoint] = pc
+		p.conns[key] = pc
 		p.startSweepLocked()
 	}
 	pc.inFlight++
 	pc.lastUsed = p.now()
 	return pc, nil
+}
+
+// dial makes a connection to endpoint over tr. It does not connect
+// (grpc.NewClient), so the pool may hold its lock meanwhile.
+func (p *Pool) dial(endpoint string, tr transport) (*poolConn, error) {
+	pc := &poolConn{}
+	opts := p.opts
+	if !tr.plaintext {
+		creds, err := tr.credentials()
+		if err != nil {
+			return nil, err
+		}
+		pc.tlsFailures = &tlsFailures{}
+		opts = append(slices.Clone(p.opts), grpc.WithTransportCredentials(recordingCredentials{TransportCredentials: creds, failures: pc.tlsFailures}))
+	}
+	c, err := rpc.Dial(endpoint, p.log.WithValues("endpoint", endpoint, "tls", !tr.plaintext), opts...)
+	if err != nil {
+		return nil, err
+	}
+	pc.conn = c
+	return pc, nil
+}
+
+// explain returns a call's error as a TLSError when the call failed
+// because the connection's TLS did: its latest handshake failed, or the
+// provider refused it.
+func (pc *poolConn) explain(err error) error {
+	if err == nil || pc.tlsFailures == nil {
+		return err
+	}
+	if code := status.Code(err); code != codes.Unavailable && code != codes.DeadlineExceeded {
+		return err
+	}
+	if tlsErr := pc.tlsFailures.last(); tlsErr != nil {
+		return &TLSError{Reason: v1alpha1.ReasonTLSHandshakeFailed, Err: tlsErr}
+	}
+	return err
+}
+
+// errorCode is a failed call's code for metrics: a TLS failure's reason,
+// else the gRPC code.
+func errorCode(err error) string {
+	if tlsErr, ok := AsTLSError(err); ok {
+		return tlsErr.Reason
+	}
+	return status.Code(err).String()
 }
 
 // release ends a call that acquire counted.
@@ -227,11 +296,11 @@ func (p *Pool) sweep() bool {
 	now := p.now()
 	var idle []*grpc.ClientConn
 	var endpoints []string
-	for ep, pc := range p.conns {
+	for key, pc := range p.conns {
 		if pc.inFlight == 0 && now.Sub(pc.lastUsed) >= p.idleTimeout {
-			delete(p.conns, ep)
+			delete(p.conns, key)
 			idle = append(idle, pc.conn)
-			endpoints = append(endpoints, ep)
+			endpoints = append(endpoints, key.endpoint)
 		}
 	}
 	p.sweeps++
@@ -261,33 +330,38 @@ func (p *Pool) Close() {
 		close(p.stop)
 	}
 	conns := p.conns
-	p.conns = map[string]*poolConn{}
+	p.conns = map[connKey]*poolConn{}
 	p.mu.Unlock()
 
 	p.swept.Wait()
-	for ep, pc := range conns {
+	for key, pc := range conns {
 		if err := pc.conn.Close(); err != nil {
-			p.log.V(1).Info("closing provider connection", "endpoint", ep, "error", err.Error())
+			p.log.V(1).Info("closing provider connection", "endpoint", key.endpoint, "error", err.Error())
 		}
 	}
 }
 
 // call runs fn with ac's deadline and records its latency and failure. The
-// connection fn gets is not closed as idle while fn runs.
+// connection fn gets is not closed as idle while fn runs. A failure to
+// secure the connection is returned as a *TLSError.
 func (p *Pool) call(ctx context.Context, ac *v1alpha1.AdmissionCheck, method string, fn func(context.Context, *grpc.ClientConn) error) error {
-	pc, err := p.acquire(ac.Spec.Endpoint)
+	pc, err := p.acquire(ctx, ac)
 	if err != nil {
-		p.metrics.CheckCallErrors.WithLabelValues(ac.Name, method, "dial").Inc()
+		code := "dial"
+		if tlsErr, ok := AsTLSError(err); ok {
+			code = tlsErr.Reason
+		}
+		p.metrics.CheckCallErrors.WithLabelValues(ac.Name, method, code).Inc()
 		return err
 	}
 	defer p.release(pc)
 	ctx, cancel := context.WithTimeout(ctx, Timeout(ac))
 	defer cancel()
 	start := time.Now()
-	err = fn(ctx, pc.conn)
+	err = pc.explain(fn(ctx, pc.conn))
 	p.metrics.CheckCallDuration.WithLabelValues(ac.Name, method).Observe(time.Since(start).Seconds())
 	if err != nil {
-		p.metrics.CheckCallErrors.WithLabelValues(ac.Name, method, status.Code(err).String()).Inc()
+		p.metrics.CheckCallErrors.WithLabelValues(ac.Name, method, errorCode(err)).Inc()
 	}
 	return err
 }
@@ -367,9 +441,13 @@ func ProviderStatus(info *checksv1.GetProviderInfoResponse) *v1alpha1.ProviderIn
 }
 
 // Activity decides ac's Active condition from a Describe result: reason
-// and message, and whether the provider is active.
+// and message, and whether the provider is active. A TLS failure gives its
+// own reason (v1alpha1.ReasonTLSConfigInvalid, ReasonTLSHandshakeFailed).
 func Activity(info *checksv1.GetProviderInfoResponse, probe *checksv1.ProbeResponse, err error) (active bool, reason, message string) {
+	tlsErr, isTLS := AsTLSError(err)
 	switch {
+	case isTLS:
+		return false, tlsErr.Reason, tlsErr.Error()
 	case info == nil:
 		return false, "ProviderUnreachable", fmt.Sprintf("the provider did not answer: %v", err)
 	case checkvalidate.ProviderInfo(info) != nil:

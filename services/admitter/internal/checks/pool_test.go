@@ -51,11 +51,11 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// entry is what the pool holds for endpoint.
+// entry is what the pool holds for the plaintext endpoint.
 func entry(p *Pool, endpoint string) (conn *grpc.ClientConn, inFlight int, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	pc, ok := p.conns[endpoint]
+	pc, ok := p.conns[connKey{endpoint: endpoint, fingerprint: plaintextFingerprint}]
 	if !ok {
 		return nil, 0, false
 	}

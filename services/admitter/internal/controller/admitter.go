@@ -241,6 +241,15 @@ func (a *Admitter) Watch(ctx context.Context) error {
 				a.triggerCycle()
 			},
 		}},
+		{&corev1.Secret{}, toolscache.ResourceEventHandlerFuncs{
+			AddFunc: a.secretChanged,
+			UpdateFunc: func(oldObj, obj any) {
+				if oldObj.(*corev1.Secret).ResourceVersion != obj.(*corev1.Secret).ResourceVersion {
+					a.secretChanged(obj)
+				}
+			},
+			DeleteFunc: func(obj any) { a.secretChanged(unwrapDeleted(obj)) },
+		}},
 	}
 	for _, h := range handlers {
 		inf, err := a.cfg.Cache.GetInformer(ctx, h.obj)
@@ -252,6 +261,23 @@ func (a *Admitter) Watch(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// secretChanged probes again every AdmissionCheck whose spec.tls names the
+// Secret (the informer sees only sluice's namespace), so that its Active
+// condition follows a Secret that is created, rotated, fixed or deleted.
+// Calls need no telling: each reads its Secrets from the cache.
+func (a *Admitter) secretChanged(obj any) {
+	secret, ok := obj.(*corev1.Secret)
+	if !ok {
+		return
+	}
+	_, acs := a.sched.Catalog()
+	for name, ac := range acs {
+		if checks.UsesSecret(ac, secret.Name) {
+			a.prober.Enqueue(name)
+		}
+	}
 }
 
 // schedulerHandler tells the scheduler of an object's changes and asks

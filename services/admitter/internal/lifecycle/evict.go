@@ -191,7 +191,7 @@ func CheckMessages(wl *v1alpha1.Workload, names []string) string {
 }
 
 // WaitingForChecksMessage lists the checks that are not Ready yet, with
-// what they said.
+// their reason (such as TLSHandshakeFailed) and what they said.
 func WaitingForChecksMessage(wl *v1alpha1.Workload) string {
 	var parts []string
 	for _, st := range wl.Status.AdmissionChecks {
@@ -202,7 +202,11 @@ func WaitingForChecksMessage(wl *v1alpha1.Workload) string {
 		if msg == "" {
 			msg = "no answer yet"
 		}
-		parts = append(parts, fmt.Sprintf("%s (%s: %s)", st.Name, st.State, msg))
+		state := string(st.State)
+		if st.Reason != "" {
+			state += ", " + st.Reason
+		}
+		parts = append(parts, fmt.Sprintf("%s (%s: %s)", st.Name, state, msg))
 	}
 	slices.Sort(parts)
 	return "waiting for admission checks: " + strings.Join(parts, "; ")

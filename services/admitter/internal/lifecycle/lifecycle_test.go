@@ -33,8 +33,11 @@ func TestWaitingForChecksMessage(t *testing.T) {
 		{Name: "budget", State: v1alpha1.CheckStatePending, Message: "over quota until 5pm"},
 		{Name: "capacity", State: v1alpha1.CheckStateReady},
 		{Name: "approval", State: v1alpha1.CheckStatePending},
+		{Name: "vendor", State: v1alpha1.CheckStatePending, Reason: v1alpha1.ReasonTLSHandshakeFailed,
+			Message: "TLS handshake with the provider failed: x509: certificate signed by unknown authority"},
 	}}}
-	want := "waiting for admission checks: approval (Pending: no answer yet); budget (Pending: over quota until 5pm)"
+	want := "waiting for admission checks: approval (Pending: no answer yet); budget (Pending: over quota until 5pm); " +
+		"vendor (Pending, TLSHandshakeFailed: TLS handshake with the provider failed: x509: certificate signed by unknown authority)"
 	if got := WaitingForChecksMessage(wl); got != want {
 		t.Fatalf("message = %q, want %q", got, want)
 	}

@@ -29,7 +29,8 @@ type Metrics struct {
 	// check and method.
 	CheckCallDuration *prometheus.HistogramVec
 	// CheckCallErrors counts failed or invalid provider answers, per check,
-	// method and gRPC code (or "invalid_response").
+	// method and gRPC code (or "invalid_response", "dial", or a TLS
+	// failure's reason: TLSConfigInvalid, TLSHandshakeFailed).
 	CheckCallErrors *prometheus.CounterVec
 	// DecisionsStreamed counts decisions sent on WatchAdmissions, per action.
 	DecisionsStreamed *prometheus.CounterVec

@@ -2,6 +2,7 @@ package probe
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -9,6 +10,7 @@ import (
 	checksv1 "github.com/sluice-dev/sluice/gen/sluice/checks/v1"
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 	"github.com/sluice-dev/sluice/pkg/checkvalidate"
+	"github.com/sluice-dev/sluice/services/admitter/internal/checks"
 )
 
 func TestStatusFor(t *testing.T) {
@@ -32,6 +34,9 @@ func TestStatusFor(t *testing.T) {
 		{"not ready", info, &checksv1.ProbeResponse{Message: "warming up"}, nil, false, "ProviderNotReady", "capacity.example.com", "1.2.0"},
 		{"unreachable keeps the identity it last gave", nil, nil, errors.New("connection refused"), false, "ProviderUnreachable", "capacity.example.com", "1.1.0"},
 		{"invalid info", &checksv1.GetProviderInfoResponse{}, nil, nil, false, "InvalidProviderInfo", "", ""},
+		{"unverified provider keeps the identity it last gave", nil, nil,
+			fmt.Errorf("GetProviderInfo: %w", &checks.TLSError{Reason: v1alpha1.ReasonTLSHandshakeFailed, Err: errors.New("x509: certificate signed by unknown authority")}),
+			false, v1alpha1.ReasonTLSHandshakeFailed, "capacity.example.com", "1.1.0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

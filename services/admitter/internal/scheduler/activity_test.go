@@ -23,6 +23,15 @@ func activeCheck(name string, active bool) *v1alpha1.AdmissionCheck {
 	}}
 }
 
+// inactiveFor is an AdmissionCheck with failurePolicy policy whose Active
+// condition is False for reason.
+func inactiveFor(name string, policy v1alpha1.FailurePolicy, reason, message string) *v1alpha1.AdmissionCheck {
+	ac := activeCheck(name, false)
+	ac.Spec.FailurePolicy = policy
+	ac.Status.Conditions[0].Reason, ac.Status.Conditions[0].Message = reason, message
+	return ac
+}
+
 func TestQueueActivity(t *testing.T) {
 	cq := func(flavor string, checks ...string) *v1alpha1.ClusterQueue {
 		q := &v1alpha1.ClusterQueue{Spec: v1alpha1.ClusterQueueSpec{ResourceGroups: []v1alpha1.ResourceGroup{{
@@ -39,7 +48,16 @@ func TestQueueActivity(t *testing.T) {
 	flavors := map[string]*v1alpha1.ResourceFlavor{"f": {}}
 	advisoryDown := activeCheck("advisory-down", false)
 	advisoryDown.Spec.FailurePolicy = v1alpha1.IgnoreFailure
+	advisoryUnreachable := inactiveFor("advisory-unreachable", v1alpha1.IgnoreFailure, "ProviderUnreachable", "the provider did not answer")
+	advisoryUnverified := inactiveFor("advisory-unverified", v1alpha1.IgnoreFailure, v1alpha1.ReasonTLSHandshakeFailed,
+		"TLS handshake with the provider failed: x509: certificate signed by unknown authority")
+	advisoryMisconfigured := inactiveFor("advisory-misconfigured", v1alpha1.IgnoreFailure, v1alpha1.ReasonTLSConfigInvalid,
+		"the provider's transport settings cannot be used: spec.tls.caSecretRef: Secret sluice-system/ca not found")
+	unverified := inactiveFor("unverified", v1alpha1.FailClosed, v1alpha1.ReasonTLSHandshakeFailed, "TLS handshake with the provider failed: x509")
 	checks := map[string]*v1alpha1.AdmissionCheck{"up": activeCheck("up", true), "down": activeCheck("down", false), "advisory-down": advisoryDown}
+	for _, ac := range []*v1alpha1.AdmissionCheck{advisoryUnreachable, advisoryUnverified, advisoryMisconfigured, unverified} {
+		checks[ac.Name] = ac
+	}
 	stopped := cq("f")
 	stopped.Spec.StopPolicy = ptr.To(v1alpha1.Hold)
 	negative := cq("f")
@@ -60,6 +78,15 @@ func TestQueueActivity(t *testing.T) {
 		{"inactive check with failurePolicy Ignore", cq("f", "up", "advisory-down"), true, "Ready", "Can admit"},
 		{"inactive checks, one with failurePolicy Ignore", cq("f", "advisory-down", "down"), false, "AdmissionCheckInactive",
 			"admission check down is not active: provider down"},
+		{"unreachable check with failurePolicy Ignore", cq("f", "advisory-unreachable"), true, "Ready", "Can admit"},
+		// A TLS failure is not a provider that cannot answer: Ignore does
+		// not cover it, and the message names the check and the reason.
+		{"unverified provider with failurePolicy Ignore", cq("f", "advisory-unverified"), false, "AdmissionCheckInactive",
+			"admission check advisory-unverified is not active (TLSHandshakeFailed): TLS handshake with the provider failed: x509: certificate signed by unknown authority"},
+		{"unusable TLS settings with failurePolicy Ignore", cq("f", "advisory-misconfigured"), false, "AdmissionCheckInactive",
+			"admission check advisory-misconfigured is not active (TLSConfigInvalid): the provider's transport settings cannot be used: spec.tls.caSecretRef: Secret sluice-system/ca not found"},
+		{"unverified provider", cq("f", "up", "unverified"), false, "AdmissionCheckInactive",
+			"admission check unverified is not active (TLSHandshakeFailed): TLS handshake with the provider failed: x509"},
 		{"stopped", stopped, false, "Stopped", "stopPolicy Hold"},
 		{"negative quota", negative, false, "NegativeQuota", "spec.resourceGroups[0].flavors[0].resources[0].nominalQuota: -2 must not be negative"},
 	}

@@ -265,7 +265,8 @@ func (cq *clusterQueue) refresh(flavors map[string]*v1alpha1.ResourceFlavor, che
 // and admission check it names must exist (and the checks be active). A
 // check with failurePolicy Ignore need not be active: the check phase
 // counts a provider that cannot answer as Ready without updates, so its
-// provider being down must not stop the queue either. It returns the
+// provider being down must not stop the queue either — unless the check is
+// inactive for a TLS failure, which Ignore does not cover. It returns the
 // Active condition's status, reason and message.
 func Activity(cq *v1alpha1.ClusterQueue, flavors map[string]*v1alpha1.ResourceFlavor, checks map[string]*v1alpha1.AdmissionCheck) (bool, string, string) {
 	if stopped(cq.Spec.StopPolicy) {
@@ -300,12 +301,8 @@ func Activity(cq *v1alpha1.ClusterQueue, flavors map[string]*v1alpha1.ResourceFl
 			switch {
 			case ac == nil:
 				note("AdmissionCheckNotFound", fmt.Sprintf("admission check %s doesn't exist", rule.Name))
-			case !CheckActive(ac) && ac.Spec.FailurePolicy != v1alpha1.IgnoreFailure:
-				msg := "no answer from its provider yet"
-				if c := findCondition(ac.Status.Conditions, v1alpha1.AdmissionCheckActive); c != nil && c.Message != "" {
-					msg = c.Message
-				}
-				note("AdmissionCheckInactive", fmt.Sprintf("admission check %s is not active: %s", rule.Name, msg))
+			case !CheckActive(ac) && !ignoredWhileInactive(ac):
+				note("AdmissionCheckInactive", inactiveCheckMessage(ac))
 			}
 		}
 	}
@@ -313,6 +310,31 @@ func Activity(cq *v1alpha1.ClusterQueue, flavors map[string]*v1alpha1.ResourceFl
 		return false, reason, strings.Join(problems, "; ")
 	}
 	return true, "Ready", "Can admit new workloads"
+}
+
+// ignoredWhileInactive reports whether ac's being inactive leaves its
+// queues active: with failurePolicy Ignore it does, unless a TLS failure
+// made it inactive.
+func ignoredWhileInactive(ac *v1alpha1.AdmissionCheck) bool {
+	if ac.Spec.FailurePolicy != v1alpha1.IgnoreFailure {
+		return false
+	}
+	c := findCondition(ac.Status.Conditions, v1alpha1.AdmissionCheckActive)
+	return c == nil || (c.Reason != v1alpha1.ReasonTLSConfigInvalid && c.Reason != v1alpha1.ReasonTLSHandshakeFailed)
+}
+
+// inactiveCheckMessage says why ac holds its queues back, with its Active
+// condition's reason and message.
+func inactiveCheckMessage(ac *v1alpha1.AdmissionCheck) string {
+	c := findCondition(ac.Status.Conditions, v1alpha1.AdmissionCheckActive)
+	switch {
+	case c == nil || c.Message == "":
+		return fmt.Sprintf("admission check %s is not active: no answer from its provider yet", ac.Name)
+	case c.Reason == "":
+		return fmt.Sprintf("admission check %s is not active: %s", ac.Name, c.Message)
+	default:
+		return fmt.Sprintf("admission check %s is not active (%s): %s", ac.Name, c.Reason, c.Message)
+	}
 }
 
 // CheckActive reports whether ac's Active condition is True.

@@ -13,6 +13,7 @@ import (
 	"github.com/go-logr/logr"
 	"go.opentelemetry.io/otel"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1alpha2 "k8s.io/api/scheduling/v1alpha2"
 	"k8s.io/apimachinery/pkg/labels"
@@ -27,6 +28,7 @@ import (
 
 	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
+	"github.com/sluice-dev/sluice/pkg/mtls"
 	"github.com/sluice-dev/sluice/pkg/podkeys"
 	"github.com/sluice-dev/sluice/pkg/rpc"
 	"github.com/sluice-dev/sluice/pkg/serve"
@@ -52,6 +54,13 @@ type Config struct {
 	Pprof bool
 	// AdmitterAddr is the admitter's gRPC target.
 	AdmitterAddr string
+	// TLS, when enabled, dials the admitter with mutual TLS from these
+	// files, read again while running. Without it the grouper dials in
+	// plaintext, and only a loopback target.
+	TLS *mtls.Files
+	// AdmitterServerName is the name the admitter's certificate must hold;
+	// empty means the host of AdmitterAddr.
+	AdmitterServerName string
 	// Workers bounds the pods handled (and API writes sent) at once.
 	Workers int
 	// Shard is this replica's share of the workloads.
@@ -67,6 +76,14 @@ func (c Config) Validate() error {
 	}
 	if c.AdmitterAddr == "" {
 		return errors.New("--admitter-addr is empty: it must name the admitter's gRPC address")
+	}
+	if c.TLS.Enabled() {
+		if err := c.TLS.Validate(); err != nil {
+			return err
+		}
+	} else if !mtls.LoopbackTarget(c.AdmitterAddr) {
+		return fmt.Errorf("--admitter-addr %s is not a loopback target, and the grouper dials without TLS only on loopback: "+
+			"set --tls-cert-file, --tls-key-file and --tls-ca-file", c.AdmitterAddr)
 	}
 	if c.CallTimeout <= 0 {
 		return fmt.Errorf("--admitter-timeout %v is not valid: must be positive", c.CallTimeout)
@@ -88,8 +105,19 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 	}
 
 	// Every admitter call is idempotent, so all may be retried.
-	conn, err := rpc.Dial(cfg.AdmitterAddr, log.WithName("admitter"),
-		rpc.WithRetries("/"+admitterv1.AdmitterService_ServiceDesc.ServiceName+"/"))
+	dialOpts := []grpc.DialOption{rpc.WithRetries("/" + admitterv1.AdmitterService_ServiceDesc.ServiceName + "/")}
+	if cfg.TLS.Enabled() {
+		creds, err := cfg.TLS.ClientCredentials()
+		if err != nil {
+			return fmt.Errorf("admitter connection: %w", err)
+		}
+		defer creds.Close()
+		dialOpts = append(dialOpts, grpc.WithTransportCredentials(creds))
+		if cfg.AdmitterServerName != "" {
+			dialOpts = append(dialOpts, grpc.WithAuthority(cfg.AdmitterServerName))
+		}
+	}
+	conn, err := rpc.Dial(cfg.AdmitterAddr, log.WithName("admitter"), dialOpts...)
 	if err != nil {
 		return fmt.Errorf("--admitter-addr: %w", err)
 	}

@@ -9,8 +9,12 @@
 // --fixtures names a JSON file of requests and the answers they must get
 // (the format is documented on conformance.Fixture); --keepalive-soak
 // holds an idle connection open that long through sluice's keepalive
-// pings. It exits 0 when no case failed, 1 when one did and 2 on bad flags
-// or a bad fixtures file.
+// pings. The kit dials plaintext unless --ca-file names the CA that signs
+// the provider's certificate (TLS); --cert-file and --key-file add a
+// client certificate (mutual TLS) and --server-name the name the
+// provider's certificate must hold when it is not --target's host. It
+// exits 0 when no case failed, 1 when one did and 2 on bad flags or a bad
+// fixtures or TLS file.
 package main
 
 import (
@@ -27,6 +31,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/sluice-dev/sluice/pkg/mtls"
 	"github.com/sluice-dev/sluice/services/checks/conformance"
 )
 
@@ -43,10 +48,12 @@ var errUsage = errors.New("usage")
 
 // flags are the command's flags, parsed.
 type flags struct {
-	target   string
-	opts     conformance.Options
-	params   string
-	fixtures string
+	target     string
+	opts       conformance.Options
+	params     string
+	fixtures   string
+	tls        *mtls.Files // nil: plaintext
+	serverName string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*flags, error) {
@@ -60,6 +67,8 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.DurationVar(&f.opts.ReadyTimeout, "ready-timeout", conformance.DefaultReadyTimeout, "how long Probe may answer ready=false")
 	fs.StringVar(&f.fixtures, "fixtures", "", "JSON file of requests and the answers they must get, one case each")
 	fs.DurationVar(&f.opts.KeepaliveSoak, "keepalive-soak", 0, "hold an idle connection open this long through sluice's 30s pings, such as 100s (0: skip)")
+	f.tls = mtls.BindClientFlags(fs, "", "the provider")
+	fs.StringVar(&f.serverName, "server-name", "", "name the provider's certificate must hold, when it is not --target's host (the AdmissionCheck's spec.tls.serverName; needs --ca-file)")
 	if err := fs.Parse(args); err != nil {
 		return nil, errUsage
 	}
@@ -71,6 +80,9 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	}
 	if f.opts.KeepaliveSoak < 0 {
 		return nil, fmt.Errorf("--keepalive-soak must not be negative, got %s", f.opts.KeepaliveSoak)
+	}
+	if err := f.checkTLS(); err != nil {
+		return nil, err
 	}
 	if f.params != "" {
 		s := &structpb.Struct{}
@@ -89,6 +101,28 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	return f, nil
 }
 
+// checkTLS checks the TLS flags: any of them dials TLS, which needs
+// --ca-file and files that load.
+func (f *flags) checkTLS() error {
+	if !f.tls.Enabled() && f.serverName == "" {
+		f.tls = nil
+		return nil
+	}
+	return f.tls.ValidateClient()
+}
+
+// transport says how the kit dials, for its first line.
+func (f *flags) transport() string {
+	switch {
+	case f.tls == nil:
+		return ""
+	case f.tls.CertFile != "":
+		return " (mutual TLS)"
+	default:
+		return " (TLS)"
+	}
+}
+
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	f, err := parseFlags(args, stderr)
 	if err != nil {
@@ -97,14 +131,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	conn, err := conformance.Dial(f.target)
+	if f.tls != nil {
+		creds, err := f.tls.TLSClientCredentials(f.serverName)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 2
+		}
+		defer creds.Close()
+		f.opts.Credentials = creds
+	}
+	conn, err := conformance.DialCredentials(f.target, f.opts.Credentials)
 	if err != nil {
 		fmt.Fprintf(stderr, "--target: %v\n", err)
 		return 2
 	}
 	defer conn.Close()
 
-	fmt.Fprintf(stdout, "sluice.checks.v1 conformance: %s\n", f.target)
+	fmt.Fprintf(stdout, "sluice.checks.v1 conformance: %s%s\n", f.target, f.transport())
 	var passed, failed, skipped int
 	for r := range conformance.Results(ctx, conn, f.opts) {
 		switch r.Outcome {

@@ -6,15 +6,19 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/sluice-dev/sluice/internal/devca"
+	"github.com/sluice-dev/sluice/pkg/mtls"
 	"github.com/sluice-dev/sluice/services/checks/providers/nodepool"
 	"github.com/sluice-dev/sluice/services/checks/sdk"
 )
 
-func startNodepool(t *testing.T) string {
-	srv, err := sdk.NewServer(nodepool.Info("test"), nodepool.Checker{})
+func startNodepool(t *testing.T, opts ...sdk.Option) string {
+	srv, err := sdk.NewServer(nodepool.Info("test"), nodepool.Checker{}, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,6 +57,14 @@ func TestRun(t *testing.T) {
 	wrong := writeFile(t, "wrong.json", `{"fixtures": [
 	  {"name": "v100", "expect": {"state": "STATE_READY", "podSetUpdates": [{"name": "main", "labels": {"nodepool.sluice.dev/pool": "a100"}, "nodeSelector": {"pool": "v100"}}]}}]}`)
 	malformed := writeFile(t, "malformed.json", `{"fixtures": [{"name": "a100", "expect": {"state": "READY"}}]}`)
+
+	// A provider serving mutual TLS, a client of its CA and a CA that signs neither.
+	ca, other := newCA(t), newCA(t)
+	server, client, stranger := issue(t, ca, "provider.example"), issue(t, ca, ""), issue(t, other, "")
+	mtlsTarget := startNodepool(t, sdk.WithTLS(mtls.Files{CertFile: server.cert(), KeyFile: server.key(), CAFile: server.ca()}))
+	mtlsPool := []string{"--target", mtlsTarget, "--check-name", "pool", "--parameters", `{"nodeLabels": {"pool": "a100"}}`, "--timeout", "5s"}
+	clientCert := []string{"--cert-file", client.cert(), "--key-file", client.key()}
+	missing := filepath.Join(t.TempDir(), "none.crt")
 	tests := []struct {
 		name     string
 		args     []string
@@ -98,6 +110,49 @@ func TestRun(t *testing.T) {
 			wantErr: `--fixtures: ` + malformed + `: fixtures[0] ("a100"): expect.state: "READY" is not an answer`},
 		{name: "missing fixtures file", args: []string{"--target", target, "--fixtures", filepath.Join(t.TempDir(), "none.json")}, wantCode: 2, wantErr: "--fixtures: read fixtures"},
 		{name: "negative soak", args: []string{"--target", target, "--keepalive-soak", "-1s"}, wantCode: 2, wantErr: "--keepalive-soak must not be negative"},
+		{
+			name:     "mutual TLS",
+			args:     slices.Concat(mtlsPool, []string{"--ca-file", client.ca(), "--keepalive-soak", "1s"}, clientCert),
+			wantCode: 0,
+			wantOut:  []string{"conformance: " + mtlsTarget + " (mutual TLS)", "PASS  Evaluate/PodSetUpdates", "PASS  Keepalive/Soak", "19 passed, 0 failed, 1 skipped"},
+		},
+		{
+			name:     "mutual TLS with a server name",
+			args:     slices.Concat(mtlsPool, []string{"--ca-file", client.ca(), "--server-name", "provider.example"}, clientCert),
+			wantCode: 0,
+			wantOut:  []string{"18 passed, 0 failed, 2 skipped"},
+		},
+		{
+			name:     "wrong CA",
+			args:     slices.Concat(mtlsPool, []string{"--ca-file", stranger.ca()}, clientCert),
+			wantCode: 1,
+			wantOut: []string{"FAIL  Connect", "certificate signed by unknown authority",
+				"the provider's certificate does not chain to the CA the kit trusts (--ca-file)", "0 passed, 1 failed, 0 skipped"},
+		},
+		{
+			name:     "no client certificate",
+			args:     slices.Concat(mtlsPool, []string{"--ca-file", client.ca()}),
+			wantCode: 1,
+			wantOut:  []string{"FAIL  Connect", "--cert-file and --key-file", "0 passed, 1 failed, 0 skipped"},
+		},
+		{
+			name:     "server name the certificate lacks",
+			args:     slices.Concat(mtlsPool, []string{"--ca-file", client.ca(), "--server-name", "other.example"}, clientCert),
+			wantCode: 1,
+			wantOut:  []string{"FAIL  Connect", "not other.example", "--server-name sets the name to expect"},
+		},
+		{
+			name:     "plaintext to mutual TLS",
+			args:     mtlsPool,
+			wantCode: 1,
+			wantOut:  []string{"FAIL  Connect", "if it serves TLS, give the kit the CA that signs its certificate (--ca-file)"},
+		},
+		{name: "client certificate without CA", args: slices.Concat(mtlsPool, clientCert), wantCode: 2, wantErr: "--ca-file is required for TLS"},
+		{name: "server name without CA", args: append(mtlsPool[:len(mtlsPool):len(mtlsPool)], "--server-name", "provider.example"), wantCode: 2,
+			wantErr: "--ca-file is required for TLS"},
+		{name: "key without certificate", args: append(mtlsPool[:len(mtlsPool):len(mtlsPool)], "--ca-file", client.ca(), "--key-file", client.key()), wantCode: 2,
+			wantErr: "--cert-file and --key-file go together"},
+		{name: "unreadable CA", args: append(mtlsPool[:len(mtlsPool):len(mtlsPool)], "--ca-file", missing), wantCode: 2, wantErr: "--ca-file: open " + missing},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -119,4 +174,39 @@ func TestRun(t *testing.T) {
 			}
 		})
 	}
+}
+
+// identity is a directory holding tls.crt, tls.key and ca.crt.
+type identity string
+
+func (d identity) cert() string { return filepath.Join(string(d), devca.CertFile) }
+func (d identity) key() string  { return filepath.Join(string(d), devca.KeyFile) }
+func (d identity) ca() string   { return filepath.Join(string(d), devca.CAFile) }
+
+func newCA(t *testing.T) *devca.CA {
+	t.Helper()
+	ca, err := devca.New("test CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
+}
+
+// issue writes a certificate of ca for the loopback names and dnsName
+// (if any), with ca's bundle, to a fresh directory.
+func issue(t *testing.T, ca *devca.CA, dnsName string) identity {
+	t.Helper()
+	names := devca.LoopbackNames
+	if dnsName != "" {
+		names = append([]string{dnsName}, names...)
+	}
+	leaf, err := ca.Issue(devca.Request{DNSNames: names, IPs: devca.LoopbackIPs(), Life: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := devca.WriteIdentity(dir, leaf, ca.CertPEM); err != nil {
+		t.Fatal(err)
+	}
+	return identity(dir)
 }
