@@ -6,12 +6,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"time"
 
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/tls/certprovider"
-	"google.golang.org/grpc/credentials/tls/certprovider/pemfile"
 	"google.golang.org/grpc/security/advancedtls"
 )
 
@@ -65,7 +63,8 @@ func (f *Files) flag(name string) string {
 }
 
 // Validate checks that all three files are named and load: the key
-// matches the certificate, and the CA file holds at least one certificate.
+// matches the certificate and lies in its directory, and the CA file holds
+// at least one certificate.
 // Its errors name the flag and the rule.
 func (f *Files) Validate() error {
 	var missing []error
@@ -78,20 +77,7 @@ func (f *Files) Validate() error {
 	if len(missing) > 0 {
 		return errors.Join(missing...)
 	}
-	if f.Refresh < 0 {
-		return fmt.Errorf("%s must not be negative", f.flag("refresh-interval"))
-	}
-	if _, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile); err != nil {
-		return fmt.Errorf("%s and %s: %w", f.flag("cert-file"), f.flag("key-file"), err)
-	}
-	ca, err := os.ReadFile(f.CAFile)
-	if err != nil {
-		return fmt.Errorf("%s: %w", f.flag("ca-file"), err)
-	}
-	if _, err := CertPool(ca); err != nil {
-		return fmt.Errorf("%s %s: %w", f.flag("ca-file"), f.CAFile, err)
-	}
-	return nil
+	return f.load()
 }
 
 // CertPool parses a PEM bundle that must hold at least one CA certificate.
@@ -103,22 +89,13 @@ func CertPool(pemBytes []byte) (*x509.CertPool, error) {
 	return pool, nil
 }
 
-// provider starts the watcher that reads the files every Refresh.
+// provider validates the files and starts the watcher that reads them
+// every Refresh.
 func (f *Files) provider() (certprovider.Provider, error) {
 	if err := f.Validate(); err != nil {
 		return nil, err
 	}
-	refresh := f.Refresh
-	if refresh == 0 {
-		refresh = DefaultRefresh
-	}
-	p, err := pemfile.NewProvider(pemfile.Options{
-		CertFile: f.CertFile, KeyFile: f.KeyFile, RootFile: f.CAFile, RefreshDuration: refresh,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("watch TLS files: %w", err)
-	}
-	return p, nil
+	return f.watch()
 }
 
 // Credentials are transport credentials that read their files again every

@@ -8,7 +8,11 @@
 //     the same address, and Flap alternates the two; answers, faults and
 //     recorded calls outlive both (Stop ends the fake for good);
 //   - invalid answers (InvalidAnswers lists one per rule, with the field and
-//     rule sluice must name) and conflicting ones (ConflictingReady).
+//     rule sluice must name) and conflicting ones (ConflictingReady);
+//   - changes pushed on WatchChanges, for a fake that declares
+//     CAPABILITY_WATCH_CHANGES (WithCapabilities): Push sends keys on every
+//     open stream, DropWatches breaks them, SetWatchRefusal refuses new
+//     ones, and WatchOpens counts the streams accepted.
 //
 // It serves plaintext unless given TLS (WithTLS, WithTLSFiles; LoopbackTLS
 // issues a certificate for it).
@@ -126,6 +130,10 @@ type Provider struct {
 	calls         []*checksv1.EvaluateRequest
 	releases      []*checksv1.ReleaseRequest
 	changed       chan struct{} // closed and replaced on every recorded call
+	watches       map[*watchStream]struct{}
+	watchOpens    int        // WatchChanges streams accepted
+	watchRefused  int        // WatchChanges streams refused
+	watchRefusal  codes.Code // codes.OK: accept new streams
 }
 
 // Start serves a fake provider until Stop or until ctx ends. With
@@ -149,6 +157,7 @@ func Start(ctx context.Context, opts ...Option) (*Provider, error) {
 		answers:       map[workloadKey]*checksv1.EvaluateResponse{},
 		ready:         true,
 		changed:       make(chan struct{}),
+		watches:       map[*watchStream]struct{}{},
 	}
 	lis, err := net.Listen("tcp", o.addr)
 	if err != nil {
@@ -174,7 +183,10 @@ func Start(ctx context.Context, opts ...Option) (*Provider, error) {
 // serveLocked starts a server on lis; p.srvMu must be held. The SDK's
 // servers serve once, so every Up builds a new one.
 func (p *Provider) serveLocked(lis net.Listener) error {
-	opts := append([]sdk.Option{sdk.WithLogger(p.log), sdk.WithoutResponseValidation(), sdk.WithShutdownTimeout(time.Second)}, p.serverOpts...)
+	opts := append([]sdk.Option{
+		sdk.WithLogger(p.log), sdk.WithoutResponseValidation(), sdk.WithShutdownTimeout(time.Second),
+		sdk.WithServerOptions(grpc.ChainStreamInterceptor(p.watchInterceptor)),
+	}, p.serverOpts...)
 	srv, err := sdk.NewServer(sdk.Info{Name: ProviderName, VendorVersion: "test", Capabilities: p.caps}, checker{p}, opts...)
 	if err != nil {
 		return fmt.Errorf("fakecheck: %w", err)

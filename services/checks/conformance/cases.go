@@ -38,6 +38,8 @@ func cases(fixtures []Fixture) []testCase {
 		{"Release/UnknownKey", releaseUnknown},
 		{"Release/Twice", releaseTwice},
 		{"Release/ThenNewReservation", releaseThenNewReservation},
+		{"WatchChanges/Open", watchOpen},
+		{"WatchChanges/PushedKeys", watchPushedKeys},
 	}
 	for _, f := range fixtures {
 		cs = append(cs, testCase{"Fixture/" + f.Name, f.run})

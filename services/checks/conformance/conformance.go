@@ -70,6 +70,14 @@ type Options struct {
 	// (default DefaultKeepaliveTime, sluice's). grpc-go clients raise
 	// anything under 10s to 10s.
 	KeepaliveTime time.Duration
+	// WatchIdle is how long WatchChanges/Open holds the stream open before
+	// it passes (default DefaultWatchIdle).
+	WatchIdle time.Duration
+	// TriggerChange makes the provider change its answer for an
+	// evaluation key the kit sent (for example by cutting a budget in a
+	// test backend), for WatchChanges/PushedKeys; nil skips that case.
+	// The provider must then push the key on its WatchChanges stream.
+	TriggerChange func(ctx context.Context, evaluationKey string) error
 	// Credentials secure the connection Keepalive/Soak dials of its own:
 	// give the ones conn was dialled with (DialCredentials). Nil dials
 	// plaintext, as Dial does.
@@ -144,6 +152,7 @@ func dial(target string, keepaliveTime time.Duration, creds credentials.Transpor
 func Run(t *testing.T, conn grpc.ClientConnInterface, opts Options) {
 	t.Helper()
 	s := newSuite(conn, opts)
+	defer s.closeWatch()
 	if err := s.connect(t.Context()); err != nil {
 		t.Fatalf("%s: %v", connectCase, err)
 	}
@@ -171,6 +180,7 @@ func RunAll(ctx context.Context, conn grpc.ClientConnInterface, opts Options) []
 func Results(ctx context.Context, conn grpc.ClientConnInterface, opts Options) iter.Seq[Result] {
 	return func(yield func(Result) bool) {
 		s := newSuite(conn, opts)
+		defer s.closeWatch()
 		connect := testCase{connectCase, func(ctx context.Context, s *suite) error { return s.connect(ctx) }}
 		if r := s.run(ctx, connect); r.Outcome == Failed {
 			yield(r)
@@ -214,9 +224,11 @@ type suite struct {
 	created  time.Time
 
 	reservations map[string]string // reservation ids by the cases' labels
+	sent         map[string]bool   // evaluation keys of the valid Evaluate requests sent
 
 	info  *checksv1.GetProviderInfoResponse // first GetProviderInfo answer, valid or not
 	first *checksv1.EvaluateResponse        // answer to request("reservation-a")
+	watch *watchStream                      // opened by WatchChanges/Open
 }
 
 func newSuite(conn grpc.ClientConnInterface, opts Options) *suite {
@@ -232,6 +244,9 @@ func newSuite(conn grpc.ClientConnInterface, opts Options) *suite {
 	if opts.KeepaliveTime <= 0 {
 		opts.KeepaliveTime = DefaultKeepaliveTime
 	}
+	if opts.WatchIdle <= 0 {
+		opts.WatchIdle = DefaultWatchIdle
+	}
 	return &suite{
 		opts:         opts,
 		conn:         conn,
@@ -240,6 +255,7 @@ func newSuite(conn grpc.ClientConnInterface, opts Options) *suite {
 		runID:        randomHex(5),
 		created:      time.Now().Truncate(time.Second),
 		reservations: map[string]string{},
+		sent:         map[string]bool{},
 	}
 }
 
@@ -372,6 +388,7 @@ func (s *suite) release(req *checksv1.EvaluateRequest, reason checksv1.ReleaseRe
 func (s *suite) evaluate(ctx context.Context, req *checksv1.EvaluateRequest) (*checksv1.EvaluateResponse, error) {
 	cctx, cancel := s.call(ctx)
 	defer cancel()
+	s.sent[req.GetEvaluationKey()] = true
 	resp, err := s.checks.Evaluate(cctx, req)
 	if err != nil {
 		if status.Code(err) == codes.InvalidArgument {

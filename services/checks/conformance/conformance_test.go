@@ -20,7 +20,7 @@ import (
 	checksv1 "github.com/sluice-dev/sluice/gen/sluice/checks/v1"
 	"github.com/sluice-dev/sluice/pkg/checkvalidate"
 	"github.com/sluice-dev/sluice/services/checks/providers/nodepool"
-	"github.com/sluice-dev/sluice/services/checks/sdk"
+	"github.com/sluice-dev/sluice/services/checks/sdk/sdktest"
 )
 
 // Request rules of the contract, as rawProvider names them.
@@ -420,7 +420,8 @@ func TestKitFindsDefects(t *testing.T) {
 			if got := outcomes(results, Failed); !slices.Equal(got, tt.wantFailed) {
 				t.Errorf("failed cases = %v, want %v\n%v", got, tt.wantFailed, results)
 			}
-			wantSkipped := append(slices.Clone(tt.wantSkipped), "Keepalive/Soak")
+			// rawProvider does not advertise CAPABILITY_WATCH_CHANGES.
+			wantSkipped := slices.Concat(tt.wantSkipped, []string{"WatchChanges/Open", "WatchChanges/PushedKeys", "Keepalive/Soak"})
 			if got := outcomes(results, Skipped); !slices.Equal(got, wantSkipped) {
 				t.Errorf("skipped cases = %v, want %v", got, wantSkipped)
 			}
@@ -446,6 +447,8 @@ func TestSkipReasons(t *testing.T) {
 	want := map[string]string{
 		"Evaluate/PodSetUpdates":     "does not advertise CAPABILITY_POD_SET_UPDATES",
 		"Release/ThenNewReservation": "does not advertise CAPABILITY_RELEASE",
+		"WatchChanges/Open":          "does not advertise CAPABILITY_WATCH_CHANGES",
+		"WatchChanges/PushedKeys":    "does not advertise CAPABILITY_WATCH_CHANGES",
 		"Keepalive/Soak":             "--keepalive-soak",
 	}
 	got := details(results)
@@ -497,22 +500,7 @@ func TestEvaluationKeys(t *testing.T) {
 
 // startNodepool serves the built-in nodepool provider through the SDK.
 func startNodepool(t *testing.T) *grpc.ClientConn {
-	srv, err := sdk.NewServer(nodepool.Info("test"), nodepool.Checker{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	conn, err := Dial(lis.Addr().String())
+	conn, err := Dial(sdktest.Start(t, nodepool.Info("test"), nodepool.Checker{}))
 	if err != nil {
 		t.Fatal(err)
 	}

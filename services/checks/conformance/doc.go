@@ -20,6 +20,12 @@
 // field, as it arrives on the wire. The keepalive soak (Options.
 // KeepaliveSoak) holds an idle connection open through sluice's pings.
 //
+// For a provider that advertises CAPABILITY_WATCH_CHANGES, the kit opens
+// the WatchChanges stream and holds it idle (WatchChanges/Open), and, when
+// Options.TriggerChange (--trigger-change-command) can make the provider
+// change an answer, checks that the provider pushes that evaluation key,
+// and only keys the kit sent (WatchChanges/PushedKeys).
+//
 // A provider that serves TLS is dialled with DialCredentials and TLS
 // credentials (mtls.Files.TLSClientCredentials; the command's --ca-file,
 // --cert-file, --key-file and --server-name), as sluice dials one whose

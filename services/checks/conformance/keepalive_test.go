@@ -203,7 +203,7 @@ func TestKeepaliveSoakCanceled(t *testing.T) {
 	conn := startRaw(t, defects{})
 	var r Result
 	for r = range Results(ctx, conn, Options{KeepaliveSoak: time.Hour}) {
-		if r.Name == "Release/ThenNewReservation" { // the soak comes next
+		if r.Name == "WatchChanges/PushedKeys" { // the soak comes next
 			time.AfterFunc(200*time.Millisecond, cancel)
 		}
 	}

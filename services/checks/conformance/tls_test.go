@@ -1,7 +1,6 @@
 package conformance
 
 import (
-	"context"
 	"net"
 	"path/filepath"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/mtls"
 	"github.com/sluice-dev/sluice/services/checks/providers/nodepool"
 	"github.com/sluice-dev/sluice/services/checks/sdk"
+	"github.com/sluice-dev/sluice/services/checks/sdk/sdktest"
 )
 
 // testPKI is a provider's CA, with a server certificate for 127.0.0.1 and
@@ -92,22 +92,7 @@ func startNodepoolTLS(t *testing.T, files *mtls.Files) string {
 	if files != nil {
 		opts = append(opts, sdk.WithTLS(*files))
 	}
-	srv, err := sdk.NewServer(nodepool.Info("test"), nodepool.Checker{}, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	return lis.Addr().String()
+	return sdktest.Start(t, nodepool.Info("test"), nodepool.Checker{}, opts...)
 }
 
 func dialCredentials(t *testing.T, addr string, creds credentials.TransportCredentials) *grpc.ClientConn {

@@ -15,6 +15,8 @@ func TestNoKubernetesDependencies(t *testing.T) {
 	}
 	pkgs := []string{
 		"github.com/sluice-dev/sluice/services/checks/sdk",
+		"github.com/sluice-dev/sluice/services/checks/sdk/sdktest",
+		"github.com/sluice-dev/sluice/pkg/mtls",
 		"github.com/sluice-dev/sluice/services/checks/conformance",
 		"github.com/sluice-dev/sluice/services/checks/conformance/cmd/sluice-check-conformance",
 		"github.com/sluice-dev/sluice/pkg/checkvalidate",

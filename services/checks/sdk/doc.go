@@ -11,6 +11,11 @@
 // sluice would refuse. Ready, Pending, Retry and Rejected build answers;
 // DecodeParameters reads an AdmissionCheck's parameters into a struct.
 //
+// A provider that changes answers on its own declares
+// CAPABILITY_WATCH_CHANGES; the Server then serves WatchChanges, and
+// Server.Changed (or the Notifier a NotifierSetter Checker is given) pushes
+// evaluation keys to every open stream without blocking.
+//
 // WithTLS (and Main's --tls-* flags) serve TLS from PEM files read again
 // while the server runs, and mutual TLS with a client CA: sluice's
 // admitter talks plaintext only to a provider on loopback.

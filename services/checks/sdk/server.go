@@ -84,6 +84,7 @@ type config struct {
 	shutdownTimeout    time.Duration
 	skipResponseChecks bool
 	tls                *mtls.Files
+	changeBuffer       int
 }
 
 // Option configures NewServer.
@@ -135,9 +136,10 @@ type Server struct {
 	checker Checker
 	cfg     config
 
-	grpc   *grpc.Server
-	health *health.Server
-	creds  *mtls.Credentials // nil when plaintext
+	grpc    *grpc.Server
+	health  *health.Server
+	creds   *mtls.Credentials // nil when plaintext
+	changes *changeHub        // the open WatchChanges streams
 
 	serveOnce sync.Once
 }
@@ -149,9 +151,12 @@ func NewServer(info Info, checker Checker, opts ...Option) (*Server, error) {
 	if checker == nil {
 		return nil, errors.New("sdk.NewServer: checker is nil")
 	}
-	cfg := config{log: logr.Discard(), shutdownTimeout: defaultShutdown}
+	cfg := config{log: logr.Discard(), shutdownTimeout: defaultShutdown, changeBuffer: defaultChangeBuffer}
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if cfg.changeBuffer <= 0 {
+		return nil, fmt.Errorf("sdk.NewServer: WithChangeBuffer(%d): must be positive", cfg.changeBuffer)
 	}
 	pi := &checksv1.GetProviderInfoResponse{
 		Name:             info.Name,
@@ -162,7 +167,12 @@ func NewServer(info Info, checker Checker, opts ...Option) (*Server, error) {
 	if err := checkvalidate.ProviderInfo(pi); err != nil {
 		return nil, fmt.Errorf("sdk.NewServer: invalid Info: %w", err)
 	}
-	s := &Server{info: pi, checker: checker, cfg: cfg}
+	s := &Server{info: pi, checker: checker, cfg: cfg, changes: newChangeHub(cfg.changeBuffer)}
+	setter, wantsNotifier := checker.(NotifierSetter)
+	if wantsNotifier && !s.watchesChanges() {
+		// Its changes would go nowhere: sluice opens no stream without it.
+		return nil, errors.New("sdk.NewServer: the Checker implements sdk.NotifierSetter, so it changes answers on its own, but Info does not declare CAPABILITY_WATCH_CHANGES")
+	}
 	if cfg.tls != nil {
 		creds, err := cfg.tls.TLSServerCredentials()
 		if err != nil {
@@ -193,12 +203,16 @@ func NewServer(info Info, checker Checker, opts ...Option) (*Server, error) {
 	for _, name := range healthServices() {
 		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
 	}
+	if wantsNotifier {
+		setter.SetNotifier(s)
+	}
 	return s, nil
 }
 
 // Register adds IdentityService and CheckService to a gRPC server you
 // run yourself. Health, reflection, keepalive policy and tracing are then
-// yours to set up; Serve does all of it.
+// yours to set up; Serve does all of it. Call CloseWatchStreams before you
+// stop that server gracefully.
 func (s *Server) Register(r grpc.ServiceRegistrar) {
 	checksv1.RegisterIdentityServiceServer(r, identityService{s: s})
 	checksv1.RegisterCheckServiceServer(r, checkService{s: s})
@@ -225,9 +239,10 @@ func (s *Server) transport() string {
 	}
 }
 
-// Serve serves on lis until ctx ends, then reports NOT_SERVING, waits for
-// calls in flight (at most the shutdown timeout) and returns nil. A Server
-// serves once.
+// Serve serves on lis until ctx ends, then reports NOT_SERVING, ends the
+// open WatchChanges streams (UNAVAILABLE: the callers reconnect to another
+// replica or once it is back), waits for calls in flight (at most the
+// shutdown timeout) and returns nil. A Server serves once.
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	err := errors.New("sdk: Server.Serve called twice")
 	s.serveOnce.Do(func() {
@@ -249,6 +264,9 @@ func (s *Server) serve(ctx context.Context, lis net.Listener) error {
 	case <-ctx.Done():
 	}
 	s.health.Shutdown()
+	// Streams last until the caller ends them; GracefulStop would wait for
+	// them until the timeout.
+	s.CloseWatchStreams()
 	stopped := make(chan struct{})
 	go func() {
 		s.grpc.GracefulStop()

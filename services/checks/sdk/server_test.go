@@ -63,7 +63,13 @@ var testInfo = Info{
 // The server stops when the test ends.
 func serve(t *testing.T, c Checker, opts ...Option) (*grpc.ClientConn, *Server) {
 	t.Helper()
-	srv, err := NewServer(testInfo, c, opts...)
+	return serveInfo(t, testInfo, c, opts...)
+}
+
+// serveInfo is serve for a provider that describes itself with info.
+func serveInfo(t *testing.T, info Info, c Checker, opts ...Option) (*grpc.ClientConn, *Server) {
+	t.Helper()
+	srv, err := NewServer(info, c, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -96,6 +96,9 @@ const (
 	// CAPABILITY_RELEASE: the provider holds something per evaluation and
 	// needs Release calls. Callers may skip Release for providers without it.
 	Capability_CAPABILITY_RELEASE Capability = 2
+	// CAPABILITY_WATCH_CHANGES: the provider may change an answer on its own
+	// and serves CheckService.WatchChanges to say so.
+	Capability_CAPABILITY_WATCH_CHANGES Capability = 3
 )
 
 // Enum value maps for Capability.
@@ -104,11 +107,13 @@ var (
 		0: "CAPABILITY_UNSPECIFIED",
 		1: "CAPABILITY_POD_SET_UPDATES",
 		2: "CAPABILITY_RELEASE",
+		3: "CAPABILITY_WATCH_CHANGES",
 	}
 	Capability_value = map[string]int32{
 		"CAPABILITY_UNSPECIFIED":     0,
 		"CAPABILITY_POD_SET_UPDATES": 1,
 		"CAPABILITY_RELEASE":         2,
+		"CAPABILITY_WATCH_CHANGES":   3,
 	}
 )
 
@@ -1299,6 +1304,92 @@ func (*ReleaseResponse) Descriptor() ([]byte, []int) {
 	return file_sluice_checks_v1_checks_proto_rawDescGZIP(), []int{11}
 }
 
+// WatchChangesRequest is empty: the stream carries the changes of every
+// check the provider serves on this connection.
+type WatchChangesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchChangesRequest) Reset() {
+	*x = WatchChangesRequest{}
+	mi := &file_sluice_checks_v1_checks_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchChangesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchChangesRequest) ProtoMessage() {}
+
+func (x *WatchChangesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_checks_v1_checks_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchChangesRequest.ProtoReflect.Descriptor instead.
+func (*WatchChangesRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_checks_v1_checks_proto_rawDescGZIP(), []int{12}
+}
+
+// WatchChangesResponse names evaluations whose answer may have changed.
+type WatchChangesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// evaluation_keys the provider was given in EvaluateRequests and would
+	// now answer differently. Keys it does not know are ignored by the
+	// caller, like every key of an evaluation the caller no longer holds.
+	EvaluationKeys []string `protobuf:"bytes,1,rep,name=evaluation_keys,json=evaluationKeys,proto3" json:"evaluation_keys,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *WatchChangesResponse) Reset() {
+	*x = WatchChangesResponse{}
+	mi := &file_sluice_checks_v1_checks_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchChangesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchChangesResponse) ProtoMessage() {}
+
+func (x *WatchChangesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_checks_v1_checks_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchChangesResponse.ProtoReflect.Descriptor instead.
+func (*WatchChangesResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_checks_v1_checks_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *WatchChangesResponse) GetEvaluationKeys() []string {
+	if x != nil {
+		return x.EvaluationKeys
+	}
+	return nil
+}
+
 var File_sluice_checks_v1_checks_proto protoreflect.FileDescriptor
 
 const file_sluice_checks_v1_checks_proto_rawDesc = "" +
@@ -1399,12 +1490,16 @@ const file_sluice_checks_v1_checks_proto_rawDesc = "" +
 	"\x04name\x18\x05 \x01(\tR\x04name\x12\x10\n" +
 	"\x03uid\x18\x06 \x01(\tR\x03uid\x127\n" +
 	"\x06reason\x18\a \x01(\x0e2\x1f.sluice.checks.v1.ReleaseReasonR\x06reason\"\x11\n" +
-	"\x0fReleaseResponse*`\n" +
+	"\x0fReleaseResponse\"\x15\n" +
+	"\x13WatchChangesRequest\"?\n" +
+	"\x14WatchChangesResponse\x12'\n" +
+	"\x0fevaluation_keys\x18\x01 \x03(\tR\x0eevaluationKeys*~\n" +
 	"\n" +
 	"Capability\x12\x1a\n" +
 	"\x16CAPABILITY_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aCAPABILITY_POD_SET_UPDATES\x10\x01\x12\x16\n" +
-	"\x12CAPABILITY_RELEASE\x10\x02*g\n" +
+	"\x12CAPABILITY_RELEASE\x10\x02\x12\x1c\n" +
+	"\x18CAPABILITY_WATCH_CHANGES\x10\x03*g\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSTATE_PENDING\x10\x01\x12\x0f\n" +
@@ -1428,10 +1523,11 @@ const file_sluice_checks_v1_checks_proto_rawDesc = "" +
 	"\x1cRELEASE_REASON_CHECK_REMOVED\x10\x042\xc3\x01\n" +
 	"\x0fIdentityService\x12f\n" +
 	"\x0fGetProviderInfo\x12(.sluice.checks.v1.GetProviderInfoRequest\x1a).sluice.checks.v1.GetProviderInfoResponse\x12H\n" +
-	"\x05Probe\x12\x1e.sluice.checks.v1.ProbeRequest\x1a\x1f.sluice.checks.v1.ProbeResponse2\xb1\x01\n" +
+	"\x05Probe\x12\x1e.sluice.checks.v1.ProbeRequest\x1a\x1f.sluice.checks.v1.ProbeResponse2\x92\x02\n" +
 	"\fCheckService\x12Q\n" +
 	"\bEvaluate\x12!.sluice.checks.v1.EvaluateRequest\x1a\".sluice.checks.v1.EvaluateResponse\x12N\n" +
-	"\aRelease\x12 .sluice.checks.v1.ReleaseRequest\x1a!.sluice.checks.v1.ReleaseResponseB<Z:github.com/sluice-dev/sluice/gen/sluice/checks/v1;checksv1b\x06proto3"
+	"\aRelease\x12 .sluice.checks.v1.ReleaseRequest\x1a!.sluice.checks.v1.ReleaseResponse\x12_\n" +
+	"\fWatchChanges\x12%.sluice.checks.v1.WatchChangesRequest\x1a&.sluice.checks.v1.WatchChangesResponse0\x01B<Z:github.com/sluice-dev/sluice/gen/sluice/checks/v1;checksv1b\x06proto3"
 
 var (
 	file_sluice_checks_v1_checks_proto_rawDescOnce sync.Once
@@ -1446,7 +1542,7 @@ func file_sluice_checks_v1_checks_proto_rawDescGZIP() []byte {
 }
 
 var file_sluice_checks_v1_checks_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_sluice_checks_v1_checks_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_sluice_checks_v1_checks_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_sluice_checks_v1_checks_proto_goTypes = []any{
 	(Capability)(0),                 // 0: sluice.checks.v1.Capability
 	(State)(0),                      // 1: sluice.checks.v1.State
@@ -1465,51 +1561,55 @@ var file_sluice_checks_v1_checks_proto_goTypes = []any{
 	(*Toleration)(nil),              // 14: sluice.checks.v1.Toleration
 	(*ReleaseRequest)(nil),          // 15: sluice.checks.v1.ReleaseRequest
 	(*ReleaseResponse)(nil),         // 16: sluice.checks.v1.ReleaseResponse
-	nil,                             // 17: sluice.checks.v1.PodSet.RequestsEntry
-	nil,                             // 18: sluice.checks.v1.PodSet.FlavorsEntry
-	nil,                             // 19: sluice.checks.v1.PodSet.NodeSelectorEntry
-	nil,                             // 20: sluice.checks.v1.PodSet.LabelsEntry
-	nil,                             // 21: sluice.checks.v1.PodSet.AnnotationsEntry
-	nil,                             // 22: sluice.checks.v1.PodSetUpdate.LabelsEntry
-	nil,                             // 23: sluice.checks.v1.PodSetUpdate.AnnotationsEntry
-	nil,                             // 24: sluice.checks.v1.PodSetUpdate.NodeSelectorEntry
-	(*structpb.Struct)(nil),         // 25: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),   // 26: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),     // 27: google.protobuf.Duration
+	(*WatchChangesRequest)(nil),     // 17: sluice.checks.v1.WatchChangesRequest
+	(*WatchChangesResponse)(nil),    // 18: sluice.checks.v1.WatchChangesResponse
+	nil,                             // 19: sluice.checks.v1.PodSet.RequestsEntry
+	nil,                             // 20: sluice.checks.v1.PodSet.FlavorsEntry
+	nil,                             // 21: sluice.checks.v1.PodSet.NodeSelectorEntry
+	nil,                             // 22: sluice.checks.v1.PodSet.LabelsEntry
+	nil,                             // 23: sluice.checks.v1.PodSet.AnnotationsEntry
+	nil,                             // 24: sluice.checks.v1.PodSetUpdate.LabelsEntry
+	nil,                             // 25: sluice.checks.v1.PodSetUpdate.AnnotationsEntry
+	nil,                             // 26: sluice.checks.v1.PodSetUpdate.NodeSelectorEntry
+	(*structpb.Struct)(nil),         // 27: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),   // 28: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),     // 29: google.protobuf.Duration
 }
 var file_sluice_checks_v1_checks_proto_depIdxs = []int32{
 	0,  // 0: sluice.checks.v1.GetProviderInfoResponse.capabilities:type_name -> sluice.checks.v1.Capability
-	25, // 1: sluice.checks.v1.EvaluateRequest.parameters:type_name -> google.protobuf.Struct
+	27, // 1: sluice.checks.v1.EvaluateRequest.parameters:type_name -> google.protobuf.Struct
 	10, // 2: sluice.checks.v1.EvaluateRequest.workload:type_name -> sluice.checks.v1.Workload
-	26, // 3: sluice.checks.v1.Workload.create_time:type_name -> google.protobuf.Timestamp
+	28, // 3: sluice.checks.v1.Workload.create_time:type_name -> google.protobuf.Timestamp
 	11, // 4: sluice.checks.v1.Workload.pod_sets:type_name -> sluice.checks.v1.PodSet
-	17, // 5: sluice.checks.v1.PodSet.requests:type_name -> sluice.checks.v1.PodSet.RequestsEntry
-	18, // 6: sluice.checks.v1.PodSet.flavors:type_name -> sluice.checks.v1.PodSet.FlavorsEntry
-	19, // 7: sluice.checks.v1.PodSet.node_selector:type_name -> sluice.checks.v1.PodSet.NodeSelectorEntry
+	19, // 5: sluice.checks.v1.PodSet.requests:type_name -> sluice.checks.v1.PodSet.RequestsEntry
+	20, // 6: sluice.checks.v1.PodSet.flavors:type_name -> sluice.checks.v1.PodSet.FlavorsEntry
+	21, // 7: sluice.checks.v1.PodSet.node_selector:type_name -> sluice.checks.v1.PodSet.NodeSelectorEntry
 	14, // 8: sluice.checks.v1.PodSet.tolerations:type_name -> sluice.checks.v1.Toleration
-	20, // 9: sluice.checks.v1.PodSet.labels:type_name -> sluice.checks.v1.PodSet.LabelsEntry
-	21, // 10: sluice.checks.v1.PodSet.annotations:type_name -> sluice.checks.v1.PodSet.AnnotationsEntry
+	22, // 9: sluice.checks.v1.PodSet.labels:type_name -> sluice.checks.v1.PodSet.LabelsEntry
+	23, // 10: sluice.checks.v1.PodSet.annotations:type_name -> sluice.checks.v1.PodSet.AnnotationsEntry
 	1,  // 11: sluice.checks.v1.EvaluateResponse.state:type_name -> sluice.checks.v1.State
-	27, // 12: sluice.checks.v1.EvaluateResponse.retry_after:type_name -> google.protobuf.Duration
+	29, // 12: sluice.checks.v1.EvaluateResponse.retry_after:type_name -> google.protobuf.Duration
 	13, // 13: sluice.checks.v1.EvaluateResponse.pod_set_updates:type_name -> sluice.checks.v1.PodSetUpdate
-	22, // 14: sluice.checks.v1.PodSetUpdate.labels:type_name -> sluice.checks.v1.PodSetUpdate.LabelsEntry
-	23, // 15: sluice.checks.v1.PodSetUpdate.annotations:type_name -> sluice.checks.v1.PodSetUpdate.AnnotationsEntry
-	24, // 16: sluice.checks.v1.PodSetUpdate.node_selector:type_name -> sluice.checks.v1.PodSetUpdate.NodeSelectorEntry
+	24, // 14: sluice.checks.v1.PodSetUpdate.labels:type_name -> sluice.checks.v1.PodSetUpdate.LabelsEntry
+	25, // 15: sluice.checks.v1.PodSetUpdate.annotations:type_name -> sluice.checks.v1.PodSetUpdate.AnnotationsEntry
+	26, // 16: sluice.checks.v1.PodSetUpdate.node_selector:type_name -> sluice.checks.v1.PodSetUpdate.NodeSelectorEntry
 	14, // 17: sluice.checks.v1.PodSetUpdate.tolerations:type_name -> sluice.checks.v1.Toleration
 	2,  // 18: sluice.checks.v1.Toleration.operator:type_name -> sluice.checks.v1.TolerationOperator
 	3,  // 19: sluice.checks.v1.Toleration.effect:type_name -> sluice.checks.v1.TaintEffect
-	25, // 20: sluice.checks.v1.ReleaseRequest.parameters:type_name -> google.protobuf.Struct
+	27, // 20: sluice.checks.v1.ReleaseRequest.parameters:type_name -> google.protobuf.Struct
 	4,  // 21: sluice.checks.v1.ReleaseRequest.reason:type_name -> sluice.checks.v1.ReleaseReason
 	5,  // 22: sluice.checks.v1.IdentityService.GetProviderInfo:input_type -> sluice.checks.v1.GetProviderInfoRequest
 	7,  // 23: sluice.checks.v1.IdentityService.Probe:input_type -> sluice.checks.v1.ProbeRequest
 	9,  // 24: sluice.checks.v1.CheckService.Evaluate:input_type -> sluice.checks.v1.EvaluateRequest
 	15, // 25: sluice.checks.v1.CheckService.Release:input_type -> sluice.checks.v1.ReleaseRequest
-	6,  // 26: sluice.checks.v1.IdentityService.GetProviderInfo:output_type -> sluice.checks.v1.GetProviderInfoResponse
-	8,  // 27: sluice.checks.v1.IdentityService.Probe:output_type -> sluice.checks.v1.ProbeResponse
-	12, // 28: sluice.checks.v1.CheckService.Evaluate:output_type -> sluice.checks.v1.EvaluateResponse
-	16, // 29: sluice.checks.v1.CheckService.Release:output_type -> sluice.checks.v1.ReleaseResponse
-	26, // [26:30] is the sub-list for method output_type
-	22, // [22:26] is the sub-list for method input_type
+	17, // 26: sluice.checks.v1.CheckService.WatchChanges:input_type -> sluice.checks.v1.WatchChangesRequest
+	6,  // 27: sluice.checks.v1.IdentityService.GetProviderInfo:output_type -> sluice.checks.v1.GetProviderInfoResponse
+	8,  // 28: sluice.checks.v1.IdentityService.Probe:output_type -> sluice.checks.v1.ProbeResponse
+	12, // 29: sluice.checks.v1.CheckService.Evaluate:output_type -> sluice.checks.v1.EvaluateResponse
+	16, // 30: sluice.checks.v1.CheckService.Release:output_type -> sluice.checks.v1.ReleaseResponse
+	18, // 31: sluice.checks.v1.CheckService.WatchChanges:output_type -> sluice.checks.v1.WatchChangesResponse
+	27, // [27:32] is the sub-list for method output_type
+	22, // [22:27] is the sub-list for method input_type
 	22, // [22:22] is the sub-list for extension type_name
 	22, // [22:22] is the sub-list for extension extendee
 	0,  // [0:22] is the sub-list for field type_name
@@ -1527,7 +1627,7 @@ func file_sluice_checks_v1_checks_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_checks_v1_checks_proto_rawDesc), len(file_sluice_checks_v1_checks_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   20,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

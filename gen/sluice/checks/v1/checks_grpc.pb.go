@@ -233,8 +233,9 @@ var IdentityService_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	CheckService_Evaluate_FullMethodName = "/sluice.checks.v1.CheckService/Evaluate"
-	CheckService_Release_FullMethodName  = "/sluice.checks.v1.CheckService/Release"
+	CheckService_Evaluate_FullMethodName     = "/sluice.checks.v1.CheckService/Evaluate"
+	CheckService_Release_FullMethodName      = "/sluice.checks.v1.CheckService/Release"
+	CheckService_WatchChanges_FullMethodName = "/sluice.checks.v1.CheckService/WatchChanges"
 )
 
 // CheckServiceClient is the client API for CheckService service.
@@ -254,6 +255,24 @@ type CheckServiceClient interface {
 	// removed from its queue). The provider frees whatever it held for that
 	// evaluation key. Releasing an unknown key succeeds.
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
+	// WatchChanges streams the evaluation keys whose answer the provider has
+	// changed on its own since it gave it: a budget cut, capacity reclaimed,
+	// an approval withdrawn. The caller calls Evaluate again for each key it
+	// receives, also for a workload it has admitted: an admitted workload
+	// whose check no longer answers READY is evicted.
+	//
+	// Only a provider that declares CAPABILITY_WATCH_CHANGES is called; any
+	// other may answer UNIMPLEMENTED. The stream is a hint that saves the
+	// caller from asking again; the answers of Evaluate stay the record. The
+	// caller keeps one stream open per connection and, every time it opens
+	// one (after a restart, a failover or a broken stream), calls Evaluate
+	// again for every evaluation it holds with the provider, so a change made
+	// while no stream was open is not lost. A provider sends each changed key
+	// at least once after the change, to every open stream; sending a key
+	// whose answer did not change costs one Evaluate call and nothing else.
+	// The caller never ends the stream on its own accord while it holds
+	// evaluations, and reopens it with backoff when it breaks.
+	WatchChanges(ctx context.Context, in *WatchChangesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchChangesResponse], error)
 }
 
 type checkServiceClient struct {
@@ -284,6 +303,25 @@ func (c *checkServiceClient) Release(ctx context.Context, in *ReleaseRequest, op
 	return out, nil
 }
 
+func (c *checkServiceClient) WatchChanges(ctx context.Context, in *WatchChangesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchChangesResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &CheckService_ServiceDesc.Streams[0], CheckService_WatchChanges_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchChangesRequest, WatchChangesResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type CheckService_WatchChangesClient = grpc.ServerStreamingClient[WatchChangesResponse]
+
 // CheckServiceServer is the server API for CheckService service.
 // All implementations must embed UnimplementedCheckServiceServer
 // for forward compatibility.
@@ -301,6 +339,24 @@ type CheckServiceServer interface {
 	// removed from its queue). The provider frees whatever it held for that
 	// evaluation key. Releasing an unknown key succeeds.
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
+	// WatchChanges streams the evaluation keys whose answer the provider has
+	// changed on its own since it gave it: a budget cut, capacity reclaimed,
+	// an approval withdrawn. The caller calls Evaluate again for each key it
+	// receives, also for a workload it has admitted: an admitted workload
+	// whose check no longer answers READY is evicted.
+	//
+	// Only a provider that declares CAPABILITY_WATCH_CHANGES is called; any
+	// other may answer UNIMPLEMENTED. The stream is a hint that saves the
+	// caller from asking again; the answers of Evaluate stay the record. The
+	// caller keeps one stream open per connection and, every time it opens
+	// one (after a restart, a failover or a broken stream), calls Evaluate
+	// again for every evaluation it holds with the provider, so a change made
+	// while no stream was open is not lost. A provider sends each changed key
+	// at least once after the change, to every open stream; sending a key
+	// whose answer did not change costs one Evaluate call and nothing else.
+	// The caller never ends the stream on its own accord while it holds
+	// evaluations, and reopens it with backoff when it breaks.
+	WatchChanges(*WatchChangesRequest, grpc.ServerStreamingServer[WatchChangesResponse]) error
 	mustEmbedUnimplementedCheckServiceServer()
 }
 
@@ -316,6 +372,9 @@ func (UnimplementedCheckServiceServer) Evaluate(context.Context, *EvaluateReques
 }
 func (UnimplementedCheckServiceServer) Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
+}
+func (UnimplementedCheckServiceServer) WatchChanges(*WatchChangesRequest, grpc.ServerStreamingServer[WatchChangesResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchChanges not implemented")
 }
 func (UnimplementedCheckServiceServer) mustEmbedUnimplementedCheckServiceServer() {}
 func (UnimplementedCheckServiceServer) testEmbeddedByValue()                      {}
@@ -374,6 +433,17 @@ func _CheckService_Release_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _CheckService_WatchChanges_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchChangesRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(CheckServiceServer).WatchChanges(m, &grpc.GenericServerStream[WatchChangesRequest, WatchChangesResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type CheckService_WatchChangesServer = grpc.ServerStreamingServer[WatchChangesResponse]
+
 // CheckService_ServiceDesc is the grpc.ServiceDesc for CheckService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -390,6 +460,12 @@ var CheckService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _CheckService_Release_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchChanges",
+			Handler:       _CheckService_WatchChanges_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "sluice/checks/v1/checks.proto",
 }

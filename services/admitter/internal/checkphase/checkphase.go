@@ -6,6 +6,10 @@
 // merge, evict on Retry, reject on Rejected, give the reservation up when
 // the updates conflict. When to ask a check again lives in memory: after a
 // restart every check is asked again at once, with the same evaluation key.
+//
+// A check whose provider says its answer changed (WatchChanges) is asked
+// again at once (Recheck), even for an admitted workload: one that no
+// longer answers Ready evicts it (see revisit).
 package checkphase
 
 import (
@@ -59,6 +63,7 @@ type Orchestrator struct {
 	cfg      Config
 	q        workqueue.TypedDelayingInterface[types.NamespacedName]
 	progress *progressTracker
+	rechecks *rechecks
 }
 
 // New returns an Orchestrator that asks nothing until Run.
@@ -66,7 +71,7 @@ func New(cfg Config) *Orchestrator {
 	if cfg.Workers <= 0 {
 		cfg.Workers = DefaultWorkers
 	}
-	return &Orchestrator{cfg: cfg, q: workqueue.NewTypedDelayingQueue[types.NamespacedName](), progress: newProgressTracker()}
+	return &Orchestrator{cfg: cfg, q: workqueue.NewTypedDelayingQueue[types.NamespacedName](), progress: newProgressTracker(), rechecks: newRechecks()}
 }
 
 // Needed reports whether the check phase has something to do for wl:
@@ -78,6 +83,16 @@ func Needed(wl *v1alpha1.Workload) bool {
 
 // Enqueue asks for a look at the workload's checks.
 func (o *Orchestrator) Enqueue(key types.NamespacedName) { o.q.Add(key) }
+
+// Recheck asks the named checks of the workload again now, whatever their
+// state and whether or not the workload is admitted: their provider said
+// the answer may have changed. A check the workload does not have is
+// ignored. It survives Forget: the recheck must not be lost to the
+// admission of an answer given before the change.
+func (o *Orchestrator) Recheck(key types.NamespacedName, names ...string) {
+	o.rechecks.add(key, names)
+	o.q.Add(key)
+}
 
 // Forget drops what is remembered of the workload's checks.
 func (o *Orchestrator) Forget(key types.NamespacedName) { o.progress.forget(key) }
@@ -167,9 +182,18 @@ func (o *Orchestrator) process(ctx context.Context, key types.NamespacedName) ti
 	unlock := o.cfg.Locks.Lock(key)
 	defer unlock()
 	cur := o.cfg.Store.Get(key)
-	if cur == nil || cur.UID != orig.UID || workload.ReservationID(cur) != workload.ReservationID(orig) || !workload.InCheckPhase(cur) || !workload.IsActive(cur) {
+	if cur == nil || cur.UID != orig.UID || workload.ReservationID(cur) != workload.ReservationID(orig) || !workload.IsActive(cur) {
 		// The reservation moved on while the providers answered; whatever
 		// changed it queued another look.
+		return 0
+	}
+	if workload.IsAdmitted(orig) {
+		if !workload.IsAdmitted(cur) || workload.IsEvicting(cur) || workload.IsDeleting(cur) {
+			return 0 // evicted or deleted meanwhile: nothing left to revoke
+		}
+		return o.revisit(ctx, cur, due, answers, w)
+	}
+	if !workload.InCheckPhase(cur) {
 		return 0
 	}
 	prog := o.progress.get(key, workload.ReservationID(cur))
@@ -235,8 +259,10 @@ func (o *Orchestrator) dueChecks(ctx context.Context, key types.NamespacedName) 
 	unlock := o.cfg.Locks.Lock(key)
 	defer unlock()
 	orig := o.cfg.Store.Get(key)
+	rechecked := o.rechecks.take(key)
 	if orig == nil || orig.Status.Admission == nil || workload.IsFinished(orig) || workload.IsEvicting(orig) || workload.IsDeleting(orig) {
 		o.progress.forget(key)
+		o.rechecks.forget(key)
 		return nil, nil, nil, 0
 	}
 	if !workload.IsActive(orig) {
@@ -245,7 +271,13 @@ func (o *Orchestrator) dueChecks(ctx context.Context, key types.NamespacedName) 
 	}
 	if workload.IsAdmitted(orig) {
 		o.progress.forget(key)
-		return nil, nil, nil, 0
+		due := admittedDue(orig, rechecked)
+		if len(due) == 0 {
+			return nil, nil, nil, 0
+		}
+		w := &catalog{}
+		w.flavors, w.checks = o.cfg.Catalog()
+		return orig, due, w, 0
 	}
 	w := &catalog{}
 	w.flavors, w.checks = o.cfg.Catalog()
@@ -253,7 +285,7 @@ func (o *Orchestrator) dueChecks(ctx context.Context, key types.NamespacedName) 
 	now := time.Now()
 	var due []string
 	for _, st := range orig.Status.AdmissionChecks {
-		if st.State == v1alpha1.CheckStatePending && !prog.due[st.Name].After(now) {
+		if rechecked[st.Name] || (st.State == v1alpha1.CheckStatePending && !prog.due[st.Name].After(now)) {
 			due = append(due, st.Name)
 		}
 	}

@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
+	"github.com/sluice-dev/sluice/services/admitter/internal/changewatch"
 	"github.com/sluice-dev/sluice/services/admitter/internal/checkphase"
 	"github.com/sluice-dev/sluice/services/admitter/internal/checks"
 	"github.com/sluice-dev/sluice/services/admitter/internal/deadline"
@@ -119,6 +120,7 @@ type Admitter struct {
 	prober    *probe.Prober
 	reporter  *queuestatus.Reporter
 	deadlines *deadline.Watcher
+	changes   *changewatch.Manager
 	policies  *policies
 
 	leading  atomic.Bool
@@ -164,6 +166,13 @@ func New(cfg Config) *Admitter {
 	a.phase = checkphase.New(checkphase.Config{
 		Store: a.store, Locks: locks, Writer: a.writer, Checks: cfg.Checks, Metrics: cfg.Metrics,
 		Recorder: cfg.Recorder, Catalog: a.sched.Catalog, Workers: cfg.CheckWorkers,
+	})
+	a.changes = changewatch.New(changewatch.Config{
+		Conns:   cfg.Checks,
+		Checks:  func() map[string]*v1alpha1.AdmissionCheck { _, acs := a.sched.Catalog(); return acs },
+		Opened:  a.recheckAll,
+		Changed: a.recheckKey,
+		Metrics: cfg.Metrics,
 	})
 	a.prober = probe.New(probe.Config{
 		Client: cfg.Client, Reader: cfg.Cache, Checks: cfg.Checks, Recorder: cfg.Recorder, Interval: cfg.ProbeInterval,
@@ -224,6 +233,7 @@ func (a *Admitter) Watch(ctx context.Context) error {
 				ac := obj.(*v1alpha1.AdmissionCheck)
 				a.sched.SetCheck(ac)
 				a.prober.Enqueue(ac.Name)
+				a.changes.Trigger()
 				a.triggerCycle()
 			},
 			UpdateFunc: func(oldObj, obj any) {
@@ -232,12 +242,14 @@ func (a *Admitter) Watch(ctx context.Context) error {
 				if oldObj.(*v1alpha1.AdmissionCheck).Generation != ac.Generation {
 					a.prober.Enqueue(ac.Name)
 				}
+				a.changes.Trigger()
 				a.triggerCycle()
 			},
 			DeleteFunc: func(obj any) {
 				if ac, ok := unwrapDeleted(obj).(*v1alpha1.AdmissionCheck); ok {
 					a.sched.DeleteCheck(ac.Name)
 				}
+				a.changes.Trigger()
 				a.triggerCycle()
 			},
 		}},
@@ -266,12 +278,14 @@ func (a *Admitter) Watch(ctx context.Context) error {
 // secretChanged probes again every AdmissionCheck whose spec.tls names the
 // Secret (the informer sees only sluice's namespace), so that its Active
 // condition follows a Secret that is created, rotated, fixed or deleted.
-// Calls need no telling: each reads its Secrets from the cache.
+// Calls need no telling: each reads its Secrets from the cache; a
+// WatchChanges stream moves to the connection the new material makes.
 func (a *Admitter) secretChanged(obj any) {
 	secret, ok := obj.(*corev1.Secret)
 	if !ok {
 		return
 	}
+	a.changes.Trigger()
 	_, acs := a.sched.Catalog()
 	for name, ac := range acs {
 		if checks.UsesSecret(ac, secret.Name) {
@@ -400,6 +414,7 @@ func (a *Admitter) Start(ctx context.Context) error {
 	g.Go(func() error { a.prober.Run(ctx); return nil })
 	g.Go(func() error { a.reporter.Run(ctx); return nil })
 	g.Go(func() error { a.deadlines.Run(ctx); return nil })
+	g.Go(func() error { a.changes.Run(ctx); return nil })
 	err := g.Wait()
 	a.leading.Store(false)
 	return err

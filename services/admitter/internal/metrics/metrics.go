@@ -43,6 +43,17 @@ type Metrics struct {
 	// DeadlineEvictions counts workloads evicted (or deactivated) for
 	// missing their start-up deadline, per ClusterQueue.
 	DeadlineEvictions *prometheus.CounterVec
+	// WatchStreamOpens counts WatchChanges streams opened, per provider
+	// endpoint; each open re-evaluates every evaluation held with it.
+	WatchStreamOpens *prometheus.CounterVec
+	// WatchStreamsOpen is the number of WatchChanges streams open now.
+	WatchStreamsOpen prometheus.Gauge
+	// WatchKeys counts evaluation keys providers pushed, per outcome:
+	// "evaluate" (asked again) or "ignored" (not an evaluation held).
+	WatchKeys *prometheus.CounterVec
+	// Revocations counts admitted workloads evicted because a check no
+	// longer answered Ready, per check and the state it answered.
+	Revocations *prometheus.CounterVec
 }
 
 // New creates the collectors and registers them with reg. Collectors that
@@ -99,6 +110,22 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: namespace, Name: "pods_ready_timeout_evictions_total",
 			Help: "Workloads evicted or deactivated because their pods did not all start by the start-up deadline, per ClusterQueue.",
 		}, []string{"cluster_queue"}),
+		WatchStreamOpens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "watch_stream_opens_total",
+			Help: "WatchChanges streams opened to admission-check providers, per endpoint.",
+		}, []string{"endpoint"}),
+		WatchStreamsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "watch_streams_open",
+			Help: "WatchChanges streams open now.",
+		}),
+		WatchKeys: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "watch_keys_total",
+			Help: "Evaluation keys pushed on WatchChanges streams, per outcome (evaluate, ignored).",
+		}, []string{"outcome"}),
+		Revocations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "admission_revocations_total",
+			Help: "Admitted workloads evicted because an admission check no longer answered Ready, per check and answer.",
+		}, []string{"check", "state"}),
 	}
 	var err error
 	register := func(c prometheus.Collector) prometheus.Collector {
@@ -123,6 +150,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.SlowSubscribers = register(m.SlowSubscribers).(prometheus.Counter)
 	m.WorkloadWrites = register(m.WorkloadWrites).(*prometheus.CounterVec)
 	m.DeadlineEvictions = register(m.DeadlineEvictions).(*prometheus.CounterVec)
+	m.WatchStreamOpens = register(m.WatchStreamOpens).(*prometheus.CounterVec)
+	m.WatchStreamsOpen = register(m.WatchStreamsOpen).(prometheus.Gauge)
+	m.WatchKeys = register(m.WatchKeys).(*prometheus.CounterVec)
+	m.Revocations = register(m.Revocations).(*prometheus.CounterVec)
 	if err != nil {
 		return nil, fmt.Errorf("register admitter metrics: %w", err)
 	}

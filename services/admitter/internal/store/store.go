@@ -24,6 +24,9 @@ import (
 type Store struct {
 	mu sync.RWMutex
 	m  map[types.NamespacedName]*v1alpha1.Workload
+	// byUID indexes m by uid, for providers that name a workload by its
+	// evaluation key.
+	byUID map[types.UID]types.NamespacedName
 	// retired are the finished workloads dropped from m.
 	retired map[types.NamespacedName]mark
 	// deleted remembers, for a while, the uids of workloads seen deleted,
@@ -45,6 +48,7 @@ const tombstoneTTL = 10 * time.Minute
 func New() *Store {
 	return &Store{
 		m:       map[types.NamespacedName]*v1alpha1.Workload{},
+		byUID:   map[types.UID]types.NamespacedName{},
 		retired: map[types.NamespacedName]mark{},
 		deleted: map[types.UID]time.Time{},
 	}
@@ -68,6 +72,9 @@ func (s *Store) Upsert(wl *v1alpha1.Workload) (*v1alpha1.Workload, bool) {
 	if prev != nil && prev.UID == wl.UID && !Newer(wl.ResourceVersion, prev.ResourceVersion) {
 		return prev, false
 	}
+	if prev != nil {
+		delete(s.byUID, prev.UID)
+	}
 	if workload.IsFinished(wl) && !workload.IsDeleting(wl) {
 		delete(s.m, key)
 		s.retired[key] = mark{uid: wl.UID, resourceVersion: wl.ResourceVersion}
@@ -75,6 +82,7 @@ func (s *Store) Upsert(wl *v1alpha1.Workload) (*v1alpha1.Workload, bool) {
 	}
 	delete(s.retired, key)
 	s.m[key] = wl
+	s.byUID[wl.UID] = key
 	return prev, true
 }
 
@@ -113,6 +121,7 @@ func (s *Store) Remove(key types.NamespacedName, uid types.UID) *v1alpha1.Worklo
 		return nil
 	}
 	delete(s.m, key)
+	delete(s.byUID, prev.UID)
 	return prev
 }
 
@@ -121,6 +130,18 @@ func (s *Store) Remove(key types.NamespacedName, uid types.UID) *v1alpha1.Worklo
 func (s *Store) Get(key types.NamespacedName) *v1alpha1.Workload {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	return s.m[key]
+}
+
+// GetByUID returns the newest version of the workload with uid; nil when
+// it is unknown, gone or retired.
+func (s *Store) GetByUID(uid types.UID) *v1alpha1.Workload {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	key, ok := s.byUID[uid]
+	if !ok {
+		return nil
+	}
 	return s.m[key]
 }
 

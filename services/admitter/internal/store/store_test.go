@@ -101,3 +101,36 @@ func TestStoreRetiresFinishedWorkloads(t *testing.T) {
 		t.Fatal("the deleted workload is still remembered")
 	}
 }
+
+func TestStoreGetByUID(t *testing.T) {
+	key := types.NamespacedName{Namespace: "ns", Name: "w"}
+	finished := wlAt("u2", "30")
+	finished.Status.Conditions = []metav1.Condition{{Type: v1alpha1.WorkloadFinished, Status: metav1.ConditionTrue}}
+	tests := []struct {
+		name   string
+		do     func(s *Store)
+		uid    types.UID
+		wantRV string // empty: not found
+	}{
+		{"held", func(s *Store) { s.Upsert(wlAt("u1", "10")) }, "u1", "10"},
+		{"newest version", func(s *Store) { s.Upsert(wlAt("u1", "10")); s.Upsert(wlAt("u1", "11")) }, "u1", "11"},
+		{"unknown uid", func(s *Store) { s.Upsert(wlAt("u1", "10")) }, "u9", ""},
+		{"older incarnation of the name", func(s *Store) { s.Upsert(wlAt("u1", "10")); s.Upsert(wlAt("u2", "20")) }, "u1", ""},
+		{"newer incarnation of the name", func(s *Store) { s.Upsert(wlAt("u1", "10")); s.Upsert(wlAt("u2", "20")) }, "u2", "20"},
+		{"retired", func(s *Store) { s.Upsert(wlAt("u2", "20")); s.Upsert(finished) }, "u2", ""},
+		{"removed", func(s *Store) { s.Upsert(wlAt("u1", "10")); s.Remove(key, "u1") }, "u1", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := New()
+			tt.do(s)
+			got := s.GetByUID(tt.uid)
+			switch {
+			case tt.wantRV == "" && got != nil:
+				t.Fatalf("GetByUID(%s) = version %s, want none", tt.uid, got.ResourceVersion)
+			case tt.wantRV != "" && (got == nil || got.ResourceVersion != tt.wantRV):
+				t.Fatalf("GetByUID(%s) = %v, want version %s", tt.uid, got, tt.wantRV)
+			}
+		})
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -72,6 +73,17 @@ func ReservationID(wl *v1alpha1.Workload) string {
 // contract lets a provider key what it holds by the evaluation key alone.
 func EvaluationKey(uid types.UID, reservationID, check string) string {
 	return string(uid) + "/" + reservationID + "/" + check
+}
+
+// ParseEvaluationKey splits an evaluation key made by EvaluationKey. It
+// reports false for anything else, such as a key a provider made up: no
+// part may be empty, and a check name holds no '/'.
+func ParseEvaluationKey(key string) (uid types.UID, reservationID, check string, ok bool) {
+	parts := strings.Split(key, "/")
+	if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
+		return "", "", "", false
+	}
+	return types.UID(parts[0]), parts[1], parts[2], true
 }
 
 // NewReservationID returns a fresh random reservation id.

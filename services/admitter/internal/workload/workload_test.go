@@ -73,3 +73,32 @@ func TestEvaluationKeyIsUniquePerCheckAndReservation(t *testing.T) {
 		}
 	}
 }
+
+func TestParseEvaluationKey(t *testing.T) {
+	tests := []struct {
+		key         string
+		ok          bool
+		uid         types.UID
+		reservation string
+		check       string
+	}{
+		{key: EvaluationKey("u-1", "abc", "budget"), ok: true, uid: "u-1", reservation: "abc", check: "budget"},
+		{key: "u/r/c.example.com", ok: true, uid: "u", reservation: "r", check: "c.example.com"},
+		{key: ""},
+		{key: "u/r"},
+		{key: "u/r/c/extra"},
+		{key: "/r/c"},
+		{key: "u//c"},
+		{key: "u/r/"},
+		{key: "made-up-by-the-provider"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.key, func(t *testing.T) {
+			uid, res, check, ok := ParseEvaluationKey(tt.key)
+			if ok != tt.ok || uid != tt.uid || res != tt.reservation || check != tt.check {
+				t.Fatalf("ParseEvaluationKey(%q) = %q, %q, %q, %v; want %q, %q, %q, %v",
+					tt.key, uid, res, check, ok, tt.uid, tt.reservation, tt.check, tt.ok)
+			}
+		})
+	}
+}

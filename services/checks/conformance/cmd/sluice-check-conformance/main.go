@@ -12,9 +12,11 @@
 // pings. The kit dials plaintext unless --ca-file names the CA that signs
 // the provider's certificate (TLS); --cert-file and --key-file add a
 // client certificate (mutual TLS) and --server-name the name the
-// provider's certificate must hold when it is not --target's host. It
-// exits 0 when no case failed, 1 when one did and 2 on bad flags or a bad
-// fixtures or TLS file.
+// provider's certificate must hold when it is not --target's host.
+// --trigger-change-command names a command that makes a provider which
+// advertises CAPABILITY_WATCH_CHANGES change an answer, for
+// WatchChanges/PushedKeys. It exits 0 when no case failed, 1 when one did
+// and 2 on bad flags or a bad fixtures or TLS file.
 package main
 
 import (
@@ -24,7 +26,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -54,6 +59,7 @@ type flags struct {
 	fixtures   string
 	tls        *mtls.Files // nil: plaintext
 	serverName string
+	trigger    string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*flags, error) {
@@ -68,6 +74,7 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.fixtures, "fixtures", "", "JSON file of requests and the answers they must get, one case each")
 	fs.DurationVar(&f.opts.KeepaliveSoak, "keepalive-soak", 0, "hold an idle connection open this long through sluice's 30s pings, such as 100s (0: skip)")
 	f.tls = mtls.BindClientFlags(fs, "", "the provider")
+	fs.StringVar(&f.trigger, "trigger-change-command", "", "command that makes the provider change its answer for the evaluation key given as its last argument, for WatchChanges/PushedKeys; split on spaces, run without a shell (default: skip that case)")
 	fs.StringVar(&f.serverName, "server-name", "", "name the provider's certificate must hold, when it is not --target's host (the AdmissionCheck's spec.tls.serverName; needs --ca-file)")
 	if err := fs.Parse(args); err != nil {
 		return nil, errUsage
@@ -83,6 +90,13 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	}
 	if err := f.checkTLS(); err != nil {
 		return nil, err
+	}
+	if f.trigger != "" {
+		trigger, err := commandTrigger(f.trigger)
+		if err != nil {
+			return nil, err
+		}
+		f.opts.TriggerChange = trigger
 	}
 	if f.params != "" {
 		s := &structpb.Struct{}
@@ -109,6 +123,27 @@ func (f *flags) checkTLS() error {
 		return nil
 	}
 	return f.tls.ValidateClient()
+}
+
+// commandTrigger runs command, split on spaces, with the evaluation key
+// as its last argument; it fails with the command's output when the
+// command fails.
+func commandTrigger(command string) (func(ctx context.Context, evaluationKey string) error, error) {
+	fields := strings.Fields(command)
+	if len(fields) == 0 {
+		return nil, errors.New("--trigger-change-command names no command")
+	}
+	path, err := exec.LookPath(fields[0])
+	if err != nil {
+		return nil, fmt.Errorf("--trigger-change-command: %w", err)
+	}
+	return func(ctx context.Context, evaluationKey string) error {
+		cmd := exec.CommandContext(ctx, path, slices.Concat(fields[1:], []string{evaluationKey})...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%s %s: %w; output: %q", command, evaluationKey, err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	}, nil
 }
 
 // transport says how the kit dials, for its first line.

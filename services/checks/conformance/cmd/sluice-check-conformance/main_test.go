@@ -2,8 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,25 +13,11 @@ import (
 	"github.com/sluice-dev/sluice/pkg/mtls"
 	"github.com/sluice-dev/sluice/services/checks/providers/nodepool"
 	"github.com/sluice-dev/sluice/services/checks/sdk"
+	"github.com/sluice-dev/sluice/services/checks/sdk/sdktest"
 )
 
 func startNodepool(t *testing.T, opts ...sdk.Option) string {
-	srv, err := sdk.NewServer(nodepool.Info("test"), nodepool.Checker{}, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	return lis.Addr().String()
+	return sdktest.Start(t, nodepool.Info("test"), nodepool.Checker{}, opts...)
 }
 
 // writeFile writes content to name in a fresh directory and returns its
@@ -80,15 +64,16 @@ func TestRun(t *testing.T) {
 				"PASS  Identity/GetProviderInfo", "PASS  Evaluate/Repeatable", "PASS  Evaluate/TwoChecksOneProvider",
 				"PASS  Evaluate/DuplicatePodSet", "PASS  Release/MissingEvaluationKey", "PASS  Release/Twice",
 				"SKIP  Release/ThenNewReservation: provider does not advertise CAPABILITY_RELEASE",
+				"SKIP  WatchChanges/Open: provider does not advertise CAPABILITY_WATCH_CHANGES",
 				"PASS  Fixture/a100", "PASS  Fixture/no-node-labels", "PASS  Keepalive/Soak",
-				"21 passed, 0 failed, 1 skipped",
+				"21 passed, 0 failed, 3 skipped",
 			},
 		},
 		{
 			name:     "soak off",
 			args:     pool,
 			wantCode: 0,
-			wantOut:  []string{"SKIP  Keepalive/Soak: the keepalive soak is off; --keepalive-soak 100s", "18 passed, 0 failed, 2 skipped"},
+			wantOut:  []string{"SKIP  Keepalive/Soak: the keepalive soak is off; --keepalive-soak 100s", "18 passed, 0 failed, 4 skipped"},
 		},
 		{
 			name:     "fixture not met",
@@ -109,18 +94,20 @@ func TestRun(t *testing.T) {
 		{name: "malformed fixtures", args: []string{"--target", target, "--fixtures", malformed}, wantCode: 2,
 			wantErr: `--fixtures: ` + malformed + `: fixtures[0] ("a100"): expect.state: "READY" is not an answer`},
 		{name: "missing fixtures file", args: []string{"--target", target, "--fixtures", filepath.Join(t.TempDir(), "none.json")}, wantCode: 2, wantErr: "--fixtures: read fixtures"},
+		{name: "trigger command not found", args: []string{"--target", target, "--trigger-change-command", "no-such-command-c11 --now"}, wantCode: 2,
+			wantErr: `--trigger-change-command: exec: "no-such-command-c11"`},
 		{name: "negative soak", args: []string{"--target", target, "--keepalive-soak", "-1s"}, wantCode: 2, wantErr: "--keepalive-soak must not be negative"},
 		{
 			name:     "mutual TLS",
 			args:     slices.Concat(mtlsPool, []string{"--ca-file", client.ca(), "--keepalive-soak", "1s"}, clientCert),
 			wantCode: 0,
-			wantOut:  []string{"conformance: " + mtlsTarget + " (mutual TLS)", "PASS  Evaluate/PodSetUpdates", "PASS  Keepalive/Soak", "19 passed, 0 failed, 1 skipped"},
+			wantOut:  []string{"conformance: " + mtlsTarget + " (mutual TLS)", "PASS  Evaluate/PodSetUpdates", "PASS  Keepalive/Soak", "19 passed, 0 failed, 3 skipped"},
 		},
 		{
 			name:     "mutual TLS with a server name",
 			args:     slices.Concat(mtlsPool, []string{"--ca-file", client.ca(), "--server-name", "provider.example"}, clientCert),
 			wantCode: 0,
-			wantOut:  []string{"18 passed, 0 failed, 2 skipped"},
+			wantOut:  []string{"18 passed, 0 failed, 4 skipped"},
 		},
 		{
 			name:     "wrong CA",
