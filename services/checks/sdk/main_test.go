@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -136,15 +137,22 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	}
 }
 
-// freeAddr returns a loopback address nothing listens on.
-func freeAddr(t *testing.T) string {
+// loggedAddr waits for run's log to name the address it bound for key
+// ("addr" or "healthAddr"). Tests pass port 0 and read the port back, since
+// a port found free beforehand may be taken by any connection meanwhile.
+func loggedAddr(t *testing.T, log *syncBuffer, key string) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	re := regexp.MustCompile(`"` + key + `":"([^"]+)"`)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if m := re.FindStringSubmatch(log.String()); m != nil {
+			return m[1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the log names no %s after 10s:\n%s", key, log.String())
+		}
+		time.Sleep(10 * time.Millisecond) // poll interval
 	}
-	defer lis.Close()
-	return lis.Addr().String()
 }
 
 // TestRunServesMutualTLS runs Main's flags for mutual TLS and HTTP probes:
@@ -153,16 +161,16 @@ func freeAddr(t *testing.T) string {
 func TestRunServesMutualTLS(t *testing.T) {
 	ca := newCA(t, "CA")
 	server, client := issue(t, ca, t.TempDir()), issue(t, ca, t.TempDir())
-	addr, healthAddr := freeAddr(t), freeAddr(t)
 
 	ctx, cancel := context.WithCancel(t.Context())
 	var stderr syncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, "provider", []string{"--addr", addr, "--health-addr", healthAddr,
+		done <- run(ctx, "provider", []string{"--addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0",
 			"--tls-cert-file", server.cert(), "--tls-key-file", server.key(), "--tls-ca-file", server.ca(), "--tls-refresh-interval", "1s"},
 			&stderr, Info{Name: "main.checks.example.com"}, EvaluateFunc(readyFunc))
 	}()
+	addr, healthAddr := loggedAddr(t, &stderr, "addr"), loggedAddr(t, &stderr, "healthAddr")
 
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(clientCreds(t, client.clientFiles(true))))
 	if err != nil {
