@@ -1,8 +1,12 @@
 // Command checks serves sluice's built-in admission-check providers over
-// sluice.checks.v1. Today it serves one, nodepool (see
-// services/checks/providers/nodepool), for every AdmissionCheck whose
-// spec.endpoint points here; each AdmissionCheck's parameters say which
-// pool its workloads go to.
+// sluice.checks.v1, one per process as --provider says: nodepool (the
+// default, see services/checks/providers/nodepool), for every AdmissionCheck
+// whose spec.endpoint points here, each AdmissionCheck's parameters saying
+// which pool its workloads go to; or budget (services/checks/providers/budget),
+// the namespaces' budgets read from --budget-config, as one replica of its
+// own since it keeps its accounting in memory. --provider=approval
+// (services/checks/providers/approval) waits for a person to annotate the
+// Workload; it reads Workloads through --kubeconfig and runs as one replica.
 //
 // Locally it listens on 127.0.0.1:9091 (gRPC) and :8084 (/healthz, /readyz,
 // /metrics); in a cluster, run it with --grpc-addr=:9091 behind a Service.
@@ -29,7 +33,6 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/mtls"
 	"github.com/sluice-dev/sluice/pkg/serve"
-	"github.com/sluice-dev/sluice/services/checks/providers/nodepool"
 	"github.com/sluice-dev/sluice/services/checks/sdk"
 )
 
@@ -63,6 +66,7 @@ func run(ctx context.Context, args []string, logOut io.Writer, onListen listenin
 	grpcAddr := fs.String("grpc-addr", defaultGRPCAddr, "address serving sluice.checks.v1, grpc.health.v1 and reflection (in a cluster: :9091)")
 	shutdownTimeout := fs.Duration("shutdown-timeout", 10*time.Second, "how long calls in flight may finish after SIGTERM")
 	tlsFiles := mtls.BindServerFlags(fs, "the admitter's client certificate (the AdmissionCheck's spec.tls.clientCertificateSecretRef)")
+	providerFlags := bindProviderFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -74,15 +78,19 @@ func run(ctx context.Context, args []string, logOut io.Writer, onListen listenin
 	} else if err := tlsFiles.ValidateServer(); err != nil {
 		return err
 	}
+	prov, err := providerFlags.load()
+	if err != nil {
+		return err
+	}
 
 	return serve.Main(ctx, logOut, serviceName, version, sf, func(ctx context.Context, log logr.Logger) error {
-		return serveChecks(ctx, log, sf, *grpcAddr, *shutdownTimeout, tlsFiles, onListen)
+		return serveChecks(ctx, log, sf, prov, *grpcAddr, *shutdownTimeout, tlsFiles, onListen)
 	})
 }
 
 // serveChecks serves the built-in providers over gRPC (TLS when tlsFiles
 // is set) and the probes and metrics over plaintext HTTP until ctx ends.
-func serveChecks(ctx context.Context, log logr.Logger, sf *serve.Flags, grpcAddr string, shutdownTimeout time.Duration, tlsFiles *mtls.Files, onListen listening) error {
+func serveChecks(ctx context.Context, log logr.Logger, sf *serve.Flags, prov *provider, grpcAddr string, shutdownTimeout time.Duration, tlsFiles *mtls.Files, onListen listening) error {
 	reg := serve.NewRegistry()
 	metrics := grpcprom.NewServerMetrics()
 	reg.MustRegister(metrics)
@@ -94,7 +102,7 @@ func serveChecks(ctx context.Context, log logr.Logger, sf *serve.Flags, grpcAddr
 	if tlsFiles != nil {
 		opts = append(opts, sdk.WithTLS(*tlsFiles))
 	}
-	srv, err := sdk.NewServer(nodepool.Info(version), nodepool.Checker{}, opts...)
+	srv, err := sdk.NewServer(prov.info, prov.checker, opts...)
 	if err != nil {
 		return err
 	}
@@ -120,7 +128,7 @@ func serveChecks(ctx context.Context, log logr.Logger, sf *serve.Flags, grpcAddr
 	})
 
 	log.Info("starting", "version", version, "grpcAddr", grpcLis.Addr().String(), "httpAddr", httpLis.Addr().String(),
-		"providers", []string{nodepool.ProviderName}, "transport", transport(tlsFiles))
+		"providers", []string{prov.info.Name}, "transport", transport(tlsFiles))
 	if tlsFiles == nil {
 		log.Info("serving gRPC in plaintext: the admitter calls a plaintext provider only on a loopback endpoint or when its AdmissionCheck sets spec.insecurePlaintext; --tls-cert-file and --tls-key-file serve TLS")
 	}
@@ -131,6 +139,9 @@ func serveChecks(ctx context.Context, log logr.Logger, sf *serve.Flags, grpcAddr
 		return srv.Serve(gctx, grpcLis)
 	})
 	g.Go(func() error { return hs.Run(gctx, httpLis) })
+	if prov.background != nil {
+		g.Go(func() error { return prov.background(gctx, log) })
+	}
 	if onListen != nil {
 		onListen(grpcLis.Addr(), httpLis.Addr())
 	}

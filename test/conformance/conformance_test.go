@@ -1,6 +1,8 @@
 // Package conformance runs the sluice.checks.v1 conformance kit, as the
 // sluice-check-conformance command a vendor runs, against every provider
-// the project ships: the built-in checks service, the JavaScript example
+// the project ships: the built-in checks service (nodepool, and the
+// budget check, whose --trigger-change-command cuts the budget so that
+// WatchChanges/PushedKeys runs: budget_test.go), the JavaScript example
 // (examples/checks-js) and the Go example (examples/go-provider). Each
 // provider runs as its own process on a free loopback port and is called
 // over real gRPC; a provider passes when the command exits 0 and reports
@@ -167,6 +169,7 @@ func TestShippedProvidersPassConformance(t *testing.T) {
 			kitArgs:  []string{"--check-name", "pool", "--parameters", `{"pool": "a100"}`},
 			mustPass: []string{"Evaluate/PodSetUpdates"},
 		},
+		budgetProvider(t),
 	}
 	for _, p := range providers {
 		t.Run(p.name, func(t *testing.T) {
