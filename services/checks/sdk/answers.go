@@ -2,11 +2,29 @@ package sdk
 
 import (
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	checksv1 "github.com/sluice-dev/sluice/gen/sluice/checks/v1"
+	"github.com/sluice-dev/sluice/pkg/checkvalidate"
 )
+
+// TruncateMessage cuts s to the contract's limit on messages
+// (checkvalidate.MaxMessageBytes) on a character boundary, ending it with
+// "..." when it cut: an answer with a longer message would be refused.
+func TruncateMessage(s string) string {
+	n := checkvalidate.MaxMessageBytes
+	if len(s) <= n {
+		return s
+	}
+	const ellipsis = "..."
+	cut := n - len(ellipsis)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + ellipsis
+}
 
 // Ready lets the workload start, adding updates to its pods (at most one
 // per pod set; the provider needs CAPABILITY_POD_SET_UPDATES for any).

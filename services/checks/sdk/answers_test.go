@@ -1,12 +1,15 @@
 package sdk
 
 import (
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
 
 	checksv1 "github.com/sluice-dev/sluice/gen/sluice/checks/v1"
+	"github.com/sluice-dev/sluice/pkg/checkvalidate"
 )
 
 func TestAnswers(t *testing.T) {
@@ -50,5 +53,38 @@ func TestUpdateEveryPodSet(t *testing.T) {
 	*got[0].Tolerations[0].TolerationSeconds = 9
 	if got[1].NodeSelector["pool"] != "a" || tmpl.NodeSelector["pool"] != "a" || *tmpl.Tolerations[0].TolerationSeconds != 3 {
 		t.Error("updates share maps or tolerations with each other or with the template")
+	}
+}
+
+func TestTruncateMessage(t *testing.T) {
+	limit := checkvalidate.MaxMessageBytes
+	tests := []struct {
+		name    string
+		in      string
+		wantLen int
+		cut     bool
+	}{
+		{name: "short", in: "fits", wantLen: 4},
+		{name: "exactly the limit", in: strings.Repeat("a", limit), wantLen: limit},
+		{name: "one over", in: strings.Repeat("a", limit+1), wantLen: limit, cut: true},
+		// "é" is two bytes: the cut moves back to a character boundary.
+		{name: "multi-byte at the cut", in: strings.Repeat("é", limit), wantLen: limit - 1, cut: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := TruncateMessage(tt.in)
+			if len(got) != tt.wantLen {
+				t.Errorf("len = %d, want %d", len(got), tt.wantLen)
+			}
+			if !utf8.ValidString(got) {
+				t.Errorf("result is not valid UTF-8")
+			}
+			if strings.HasSuffix(got, "...") != tt.cut {
+				t.Errorf("ends with ...: %v, want %v", !tt.cut, tt.cut)
+			}
+			if !tt.cut && got != tt.in {
+				t.Errorf("changed a message within the limit")
+			}
+		})
 	}
 }

@@ -48,8 +48,11 @@ func TestManifestsAreAccepted(t *testing.T) {
 			t.Errorf("deploy/ builds no %s", want)
 		}
 	}
-	if kinds["Deployment"] != 4 {
-		t.Errorf("deploy/ builds %d Deployments, want one per service (4)", kinds["Deployment"])
+	// One per service, and one each for the budget and approval checks,
+	// which keep state per process and so run apart from the stateless
+	// checks service.
+	if kinds["Deployment"] != 6 {
+		t.Errorf("deploy/ builds %d Deployments, want one per service and per stateful built-in check (6)", kinds["Deployment"])
 	}
 
 	// A dry run cannot create the namespace the other objects live in.

@@ -4,17 +4,13 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/sluice-dev/sluice/test/testenv"
@@ -54,8 +50,12 @@ const (
 	grouper  = "sluice-system/sluice-grouper"
 	webhook  = "sluice-system/sluice-webhook"
 	checks   = "sluice-system/sluice-checks"
-	cluster  = "cluster"
-	system   = "sluice-system"
+	// The budget and approval checks run on their own (state per process);
+	// budget talks to no API and has no row.
+	checksBudget   = "sluice-system/sluice-checks-budget"
+	checksApproval = "sluice-system/sluice-checks-approval"
+	cluster        = "cluster"
+	system         = "sluice-system"
 )
 
 func row(sa, scope, group, resource, verb, why string) allowed {
@@ -64,7 +64,7 @@ func row(sa, scope, group, resource, verb, why string) allowed {
 
 // deployGrants is everything deploy/ lets sluice's ServiceAccounts do, and
 // why: the table is the documentation, and deploy/ must match it exactly.
-// sluice-checks talks to no API and has no row.
+// sluice-checks and sluice-checks-budget talk to no API and have no row.
 var deployGrants = []allowed{
 	row(admitter, cluster, "sluice.dev", "workloads", "get", "reads a Workload live when its cache may lag a write (lifecycle writer)"),
 	row(admitter, cluster, "sluice.dev", "workloads", "list", "its Workload informer"),
@@ -115,6 +115,8 @@ var deployGrants = []allowed{
 	row(webhook, cluster, "sluice.dev", "localqueues", "list", "metadata informer of default LocalQueues"),
 	row(webhook, cluster, "sluice.dev", "localqueues", "watch", "metadata informer of default LocalQueues"),
 	row(webhook, cluster, "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "list", "warns at start when Kueue's pod webhook is installed too"),
+	row(checksApproval, cluster, "sluice.dev", "workloads", "list", "metadata informer of Workloads: their approval annotation"),
+	row(checksApproval, cluster, "sluice.dev", "workloads", "watch", "metadata informer of Workloads: an approval given or withdrawn"),
 }
 
 // localGrants are what hack/local-rbac.yaml adds for local runs only:
@@ -145,7 +147,7 @@ func TestRBACMatchesTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := objs.serviceAccounts, []string{admitter, checks, grouper, webhook}; !slices.Equal(got, want) {
+	if got, want := objs.serviceAccounts, []string{admitter, checks, checksApproval, checksBudget, grouper, webhook}; !slices.Equal(got, want) {
 		t.Errorf("deploy/ builds ServiceAccounts %v, want %v", got, want)
 	}
 	compare(t, "deploy/", objs.grants(), deployGrants)
@@ -309,60 +311,4 @@ func expand(subjects []rbacv1.Subject, scope string, rules []rbacv1.PolicyRule, 
 		}
 	}
 	return out
-}
-
-// checksApproval runs the approval check, deployed on its own from
-// deploy/checks-approval (not part of deploy/).
-const checksApproval = "sluice-system/sluice-checks-approval"
-
-// approvalGrants is everything deploy/checks-approval lets the approval
-// check do, and why.
-var approvalGrants = []allowed{
-	row(checksApproval, cluster, "sluice.dev", "workloads", "list", "metadata informer of Workloads: their approval annotation"),
-	row(checksApproval, cluster, "sluice.dev", "workloads", "watch", "metadata informer of Workloads: an approval given or withdrawn"),
-}
-
-// TestApprovalRBACMatchesTable compares what deploy/checks-approval
-// grants with approvalGrants.
-func TestApprovalRBACMatchesTable(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	root, err := testenv.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	built, err := exec.CommandContext(ctx, kubectlPath(t, root), "kustomize", filepath.Join(root, "deploy", "checks-approval")).Output()
-	if err != nil {
-		t.Fatalf("kubectl kustomize deploy/checks-approval: %v", err)
-	}
-	objs, err := parseRBAC(strings.Split(string(built), "\n---\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, want := objs.serviceAccounts, []string{checksApproval}; !slices.Equal(got, want) {
-		t.Errorf("deploy/checks-approval builds ServiceAccounts %v, want %v", got, want)
-	}
-	compare(t, "deploy/checks-approval", objs.grants(), approvalGrants)
-
-	// The API server accepts it as it is (server-side dry run); the
-	// namespace is deploy/'s.
-	var keep []string
-	for _, d := range strings.Split(string(built), "\n---\n") {
-		if !certManagerKinds[field(d, "kind: ")] {
-			keep = append(keep, d)
-		}
-	}
-	cs, err := env.Clientset()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: system}}
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	apply := exec.CommandContext(ctx, kubectlPath(t, root), "--kubeconfig", env.Kubeconfig, "apply", "--dry-run=server", "-f", "-")
-	apply.Stdin = strings.NewReader(strings.Join(keep, "\n---\n"))
-	if out, err := apply.CombinedOutput(); err != nil {
-		t.Fatalf("the API server refused deploy/checks-approval (dry run): %v\n%s", err, out)
-	}
 }

@@ -17,13 +17,11 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	checksv1 "github.com/sluice-dev/sluice/gen/sluice/checks/v1"
-	"github.com/sluice-dev/sluice/pkg/checkvalidate"
 	"github.com/sluice-dev/sluice/services/checks/sdk"
 )
 
@@ -179,20 +177,7 @@ func ready(approver string) *checksv1.EvaluateResponse {
 	resp.Reason = ReasonApproved
 	resp.Message = "approved"
 	if approver != "" {
-		resp.Message = truncate("approved by "+approver, checkvalidate.MaxMessageBytes)
+		resp.Message = sdk.TruncateMessage("approved by " + approver)
 	}
 	return resp
-}
-
-// truncate cuts s to at most n bytes on a rune boundary, marking the cut.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	const ellipsis = "..."
-	cut := n - len(ellipsis)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + ellipsis
 }

@@ -34,12 +34,10 @@ import (
 	"slices"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
 
 	checksv1 "github.com/sluice-dev/sluice/gen/sluice/checks/v1"
-	"github.com/sluice-dev/sluice/pkg/checkvalidate"
 	"github.com/sluice-dev/sluice/services/checks/sdk"
 )
 
@@ -167,14 +165,14 @@ func (c *Checker) decide(req *checksv1.EvaluateRequest, ns string, cost Resource
 		return ready(ReasonNoBudget, fmt.Sprintf("namespace %s has no budget", ns))
 	}
 	if over := cost.over(b.Hard); len(over) > 0 {
-		return sdk.Rejected(ReasonTooLarge, truncate(fmt.Sprintf("the workload needs %s, more than namespace %s's hard budget of %s: it can never fit",
+		return sdk.Rejected(ReasonTooLarge, sdk.TruncateMessage(fmt.Sprintf("the workload needs %s, more than namespace %s's hard budget of %s: it can never fit",
 			cost.format(over), ns, b.Hard.format(over))))
 	}
 	now := c.now()
 	total := c.usage(ns, now)
 	total.add(cost)
 	if over := total.over(b.Hard); len(over) > 0 {
-		resp := sdk.Retry(truncate(fmt.Sprintf("namespace %s would use %s with this workload, over its hard budget of %s%s",
+		resp := sdk.Retry(sdk.TruncateMessage(fmt.Sprintf("namespace %s would use %s with this workload, over its hard budget of %s%s",
 			ns, total.format(over), b.Hard.format(over), windowNote(b))), c.retryAfter(ns, total, b, now))
 		resp.Reason = ReasonExhausted
 		return resp
@@ -182,7 +180,7 @@ func (c *Checker) decide(req *checksv1.EvaluateRequest, ns string, cost Resource
 	if over := total.over(b.Soft); len(over) > 0 {
 		resp := sdk.Ready(sdk.UpdateEveryPodSet(req, &checksv1.PodSetUpdate{Labels: map[string]string{OverSoftLimitLabel: "true"}})...)
 		resp.Reason = ReasonOverSoftLimit
-		resp.Message = truncate(fmt.Sprintf("namespace %s uses %s with this workload, over its soft budget of %s (hard: %s)",
+		resp.Message = sdk.TruncateMessage(fmt.Sprintf("namespace %s uses %s with this workload, over its soft budget of %s (hard: %s)",
 			ns, total.format(over), b.Soft.format(over), b.Hard.format(over)))
 		return resp
 	}
@@ -320,24 +318,9 @@ func (c *Checker) cut(ns string, b Budget, now time.Time) []string {
 		e := c.evals[key]
 		total := usage.clone()
 		total.add(e.cost)
-		e.answer = sdk.Retry(truncate(fmt.Sprintf("namespace %s's budget was cut to %s, below what it used; the newest admissions were revoked",
+		e.answer = sdk.Retry(sdk.TruncateMessage(fmt.Sprintf("namespace %s's budget was cut to %s, below what it used; the newest admissions were revoked",
 			ns, b.Hard.format(slices.Sorted(maps.Keys(b.Hard))))), c.retryAfter(ns, total, b, now))
 		e.answer.Reason = ReasonCut
 	}
 	return revoked
-}
-
-// truncate shortens s to the contract's limit on messages without
-// splitting a character.
-func truncate(s string) string {
-	n := checkvalidate.MaxMessageBytes
-	if len(s) <= n {
-		return s
-	}
-	const ellipsis = "..."
-	cut := n - len(ellipsis)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + ellipsis
 }

@@ -23,7 +23,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"unicode/utf8"
 
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -92,7 +91,7 @@ func (Checker) Evaluate(_ context.Context, req *checksv1.EvaluateRequest) (*chec
 	}
 	resp := sdk.Ready(sdk.UpdateEveryPodSet(req, p.update())...)
 	resp.Reason = ReasonAssigned
-	resp.Message = truncate("pods go to nodes with "+formatLabels(p.NodeLabels), checkvalidate.MaxMessageBytes)
+	resp.Message = sdk.TruncateMessage("pods go to nodes with " + formatLabels(p.NodeLabels))
 	return resp, nil
 }
 
@@ -181,17 +180,4 @@ func formatLabels(m map[string]string) string {
 		parts = append(parts, k+"="+m[k])
 	}
 	return strings.Join(parts, ",")
-}
-
-// truncate shortens s to at most n bytes without splitting a character.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	const ellipsis = "..."
-	cut := n - len(ellipsis)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + ellipsis
 }
