@@ -6,7 +6,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 pids="${root}/.local/pids"
 
-for name in webhook grouper checks admitter; do
+for name in webhook grouper checks-approval checks admitter; do
 	pidfile="${pids}/sluice-${name}.pid"
 	[[ -f "${pidfile}" ]] || continue
 	pid="$(cat "${pidfile}")"

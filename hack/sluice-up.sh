@@ -52,7 +52,7 @@ mkdir -p -m 700 "${identities}"
 server="$("${kubectl}" config view --raw --minify -o jsonpath='{.clusters[0].cluster.server}')"
 ca="$("${kubectl}" config view --raw --minify -o jsonpath='{.clusters[0].cluster.certificate-authority-data}')"
 umask 077 # tokens and kubeconfigs are for their service alone
-for name in admitter grouper webhook; do
+for name in admitter grouper webhook checks-approval; do
 	token="${identities}/${name}.token"
 	"${kubectl}" create token "sluice-${name}" --namespace sluice-system --duration "${token_hours}h" >"${token}.new"
 	mv "${token}.new" "${token}"
@@ -94,14 +94,15 @@ tls() { # service
 	echo --tls-cert-file "${certs}/$1/tls.crt" --tls-key-file "${certs}/$1/tls.key" --tls-ca-file "${certs}/$1/ca.crt"
 }
 
-start() { # name http-addr args...
+start() { # name http-addr args... (the binary is bin/<name>, or bin/$BIN)
 	local name="$1" http="$2"; shift 2
+	local bin="${BIN:-${name}}"
 	local pidfile="${pids}/sluice-${name}.pid"
 	if [[ -f "${pidfile}" ]] && kill -0 "$(cat "${pidfile}")" 2>/dev/null; then
 		echo "  ${name}: already running (pid $(cat "${pidfile}"))"
 		return
 	fi
-	OTEL_SERVICE_NAME="sluice-${name}" nohup "${root}/bin/${name}" --http-addr "${http}" --log-format text "$@" \
+	OTEL_SERVICE_NAME="sluice-${name}" nohup "${root}/bin/${bin}" --http-addr "${http}" --log-format text "$@" \
 		>"${logs}/sluice-${name}.log" 2>&1 &
 	echo $! >"${pidfile}"
 	echo "  ${name}: started (pid $!, log .local/logs/sluice-${name}.log)"
@@ -131,12 +132,16 @@ echo "starting sluice:"
 start admitter 127.0.0.1:8083 $(tls admitter) --kubeconfig "${identities}/admitter.kubeconfig" --grpc-addr 127.0.0.1:9090 --namespace sluice-system --leader-elect=true
 # shellcheck disable=SC2046
 start checks 127.0.0.1:8084 $(tls checks) --grpc-addr 127.0.0.1:9091
+# The approval check (deploy/samples/approval.yaml) reads Workloads as its own
+# ServiceAccount; it presents the checks service's certificate.
+# shellcheck disable=SC2046
+BIN=checks start checks-approval 127.0.0.1:8085 $(tls checks) --provider approval --kubeconfig "${identities}/checks-approval.kubeconfig" --grpc-addr 127.0.0.1:9092
 # shellcheck disable=SC2046
 start grouper 127.0.0.1:8082 $(tls grouper) --kubeconfig "${identities}/grouper.kubeconfig" --admitter-addr 127.0.0.1:9090
 # The local control plane runs the GenericWorkload and GangScheduling
 # feature gates, so KEP-976 groups get a scheduler gang here.
 start webhook 127.0.0.1:8081 --kubeconfig "${identities}/webhook.kubeconfig" --self-register --webhook-port 9443 --unregister-on-exit --cert-dir "${local_dir}/webhook-certs" --gang-scheduling
-for s in admitter:127.0.0.1:8083 checks:127.0.0.1:8084 grouper:127.0.0.1:8082 webhook:127.0.0.1:8081; do
+for s in admitter:127.0.0.1:8083 checks:127.0.0.1:8084 checks-approval:127.0.0.1:8085 grouper:127.0.0.1:8082 webhook:127.0.0.1:8081; do
 	wait_ready "${s%%:*}" "${s#*:}"
 done
 echo "sluice is up."
@@ -147,9 +152,9 @@ if ${demo}; then
 	node="$("${kubectl}" get nodes -o jsonpath='{.items[0].metadata.name}')"
 	"${kubectl}" label nodes --overwrite "${node}" pool=batch >/dev/null
 	"${kubectl}" taint nodes --overwrite "${node}" pool=batch:NoSchedule >/dev/null
-	"${kubectl}" apply -f deploy/samples/story1-queues.yaml >/dev/null
+	"${kubectl}" apply -f deploy/samples/story1-queues.yaml -f deploy/samples/approval.yaml >/dev/null
 	echo "applied deploy/samples/story1-queues.yaml; ${node} is the batch pool (label pool=batch, taint pool=batch:NoSchedule)"
-	"${root}/bin/sluice-demo" --kubeconfig "${KUBECONFIG}" --samples "${root}/deploy/samples"
+	"${root}/bin/sluice-demo" --kubeconfig "${KUBECONFIG}" --samples "${root}/deploy/samples" --kubectl "${kubectl}"
 fi
 
 cat <<MSG

@@ -4,7 +4,9 @@
 // succeeded, and its quota released. Then it does the same for the Story 2
 // sample, a group of pods created together and admitted whole, and for the
 // Story 3 sample, a driver admitted for the workers it declares and creates
-// later. `make run` calls it.
+// later, and for a pod in a queue that needs a person's approval, which it
+// gives by running the command the approval check prints. `make run` calls
+// it.
 package main
 
 import (
@@ -31,19 +33,20 @@ import (
 
 func main() {
 	kubeconfig := flag.String("kubeconfig", "", "path to the kubeconfig (default: $KUBECONFIG)")
-	samples := flag.String("samples", "deploy/samples", "directory holding story1-pod.yaml, story2-group.yaml and story3-spark.yaml")
+	samples := flag.String("samples", "deploy/samples", "directory holding story1-pod.yaml, story2-group.yaml, story3-spark.yaml and approval-pod.yaml")
+	kubectl := flag.String("kubectl", "bin/kubectl", "kubectl to run the approval check's command with")
 	timeout := flag.Duration("timeout", 2*time.Minute, "how long to wait for the pod to finish")
 	flag.Parse()
 
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	if err := run(ctx, *kubeconfig, *samples); err != nil {
+	if err := run(ctx, *kubeconfig, *samples, *kubectl); err != nil {
 		fmt.Fprintf(os.Stderr, "sluice-demo: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, kubeconfig, samples string) error {
+func run(ctx context.Context, kubeconfig, samples, kubectl string) error {
 	cfg, err := kube.RESTConfig(kubeconfig, 50, 100, "sluice-demo")
 	if err != nil {
 		return err
@@ -78,7 +81,10 @@ func run(ctx context.Context, kubeconfig, samples string) error {
 	if err := runGroup(ctx, c, filepath.Join(samples, "story2-group.yaml")); err != nil {
 		return err
 	}
-	return runDeclared(ctx, c, filepath.Join(samples, "story3-spark.yaml"))
+	if err := runDeclared(ctx, c, filepath.Join(samples, "story3-spark.yaml")); err != nil {
+		return err
+	}
+	return runApproval(ctx, c, filepath.Join(samples, "approval-pod.yaml"), kubectl, kubeconfig)
 }
 
 // follow watches the pod and the Workloads of its namespace and prints each

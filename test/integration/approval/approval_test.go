@@ -50,7 +50,7 @@ func TestApprovalFlipsAndRevocationPushes(t *testing.T) {
 	changes := check.watch(ctx, t)
 
 	req := evaluateRequest(wl, "reservation-1")
-	want := "kubectl annotate workload -n " + ns + " train-1 approval.checks.sluice.dev/approved-by=$USER"
+	want := "kubectl annotate workloads.sluice.dev -n " + ns + " train-1 approval.checks.sluice.dev/approved-by=$USER"
 	resp := check.evaluate(ctx, t, req)
 	if resp.GetState() != checksv1.State_STATE_PENDING || !strings.Contains(resp.GetMessage(), want) {
 		t.Fatalf("before approval: %v %q, want PENDING with %q", resp.GetState(), resp.GetMessage(), want)

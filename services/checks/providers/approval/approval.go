@@ -1,7 +1,7 @@
 // Package approval is the built-in admission check that waits for a
 // person: a workload passes once someone annotates its Workload object,
 //
-//	kubectl annotate workload -n <namespace> <name> approval.checks.sluice.dev/approved-by=<who>
+//	kubectl annotate workloads.sluice.dev -n <namespace> <name> approval.checks.sluice.dev/approved-by=<who>
 //
 // and an admitted workload is evicted again when the annotation is
 // removed. The check reads Workloads' metadata (an informer cache in the
@@ -163,7 +163,7 @@ func (c *Checker) approvalChanged(ref Ref) error {
 
 // ApproveCommand is the command that approves the Workload ref.
 func ApproveCommand(ref Ref) string {
-	return "kubectl annotate workload -n " + ref.Namespace + " " + ref.Name + " " + Annotation + "=$USER"
+	return "kubectl annotate workloads.sluice.dev -n " + ref.Namespace + " " + ref.Name + " " + Annotation + "=$USER"
 }
 
 func pending(ref Ref) *checksv1.EvaluateResponse {

@@ -108,7 +108,7 @@ func newChecker(t *testing.T) (*Checker, *fakeWorkloads, *fakeNotifier) {
 }
 
 func TestEvaluate(t *testing.T) {
-	const wantCommand = "kubectl annotate workload -n team-a train-1 approval.checks.sluice.dev/approved-by=$USER"
+	const wantCommand = "kubectl annotate workloads.sluice.dev -n team-a train-1 approval.checks.sluice.dev/approved-by=$USER"
 	tests := []struct {
 		name        string
 		obj         *Workload // nil: no such Workload
