@@ -73,6 +73,18 @@ func serveInfo(t *testing.T, info Info, c Checker, opts ...Option) (*grpc.Client
 	if err != nil {
 		t.Fatal(err)
 	}
+	conn, err := grpc.NewClient(runOnLoopback(t, srv), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn, srv
+}
+
+// runOnLoopback serves srv on 127.0.0.1:0 until the test ends, then checks that
+// Serve returned nil, and returns its address.
+func runOnLoopback(t *testing.T, srv *Server) string {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -80,18 +92,13 @@ func serveInfo(t *testing.T, info Info, c Checker, opts ...Option) (*grpc.Client
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
-		conn.Close()
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Serve returned %v after shutdown, want nil", err)
 		}
 	})
-	return conn, srv
+	return lis.Addr().String()
 }
 
 func request() *checksv1.EvaluateRequest {

@@ -2,7 +2,6 @@ package sdk
 
 import (
 	"context"
-	"net"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -86,20 +85,7 @@ func serveOn(t *testing.T, c Checker, opts ...Option) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve returned %v after shutdown, want nil", err)
-		}
-	})
-	return lis.Addr().String()
+	return runOnLoopback(t, srv)
 }
 
 // clientCreds are f's TLS client credentials, closed when the test ends.
