@@ -42,6 +42,13 @@ until [[ "$("${kubectl}" auth can-i create mutatingwebhookconfigurations --as sy
 	sleep 0.5
 done 2>/dev/null
 
+# What decides quota is sluice's to write: admission policies the API server
+# enforces itself (deploy/policies), and the roles for the people sluice
+# governs (deploy/user-roles.yaml). test/harness applies the same files. The
+# API server compiles a policy a moment after it is stored, long before the
+# services below are ready.
+"${kubectl}" apply --server-side --force-conflicts --filename=deploy/policies/ --filename=deploy/user-roles.yaml >/dev/null
+
 # One kubeconfig per service, with a token of its ServiceAccount from the
 # TokenRequest API. The kubeconfigs name the token by file, which clients
 # read again every minute: running `make up` again mints new tokens, and

@@ -3,6 +3,7 @@
 // rotated certificate (cert-manager's, or a local CA's) takes effect
 // without a restart. It also reads the identity a verified peer's
 // certificate carries (its URI SAN, a SPIFFE ID such as
-// spiffe://cluster.local/ns/sluice-system/sa/sluice-grouper) and decides
-// when plaintext is allowed at all: only to and on loopback addresses.
+// spiffe://cluster.local/ns/sluice-system/sa/sluice-grouper), authorises a
+// call by it (Callers), and decides when plaintext is allowed at all: only
+// to and on loopback addresses.
 package mtls

@@ -112,7 +112,7 @@ func (c *Credentials) Close() { c.provider.Close() }
 // ServerCredentials serves mutual TLS: the server presents CertFile and
 // accepts only clients whose certificate chains to CAFile. Which of those
 // clients may call what is for the server's authorization to decide (see
-// PeerIdentity).
+// Callers).
 func (f *Files) ServerCredentials() (*Credentials, error) {
 	p, err := f.provider()
 	if err != nil {

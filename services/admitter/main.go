@@ -8,12 +8,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"math"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -52,7 +50,7 @@ func run() error {
 	kf := kube.BindClientFlags(fs)
 	var cfg app.Config
 	var namespace, trustDomain string
-	var groupers stringList
+	var groupers mtls.IdentityList
 	cfg.TLS = mtls.BindFlags(fs, "the grouper's client certificates")
 	fs.Var(&groupers, "grouper-identity", "certificate identity (URI SAN) of the grouper, the only caller of the workload methods; repeat for more (default: spiffe://<trust domain>/ns/<namespace>/sa/sluice-grouper)")
 	fs.StringVar(&trustDomain, "trust-domain", mtls.DefaultTrustDomain, "SPIFFE trust domain of the default --grouper-identity")
@@ -111,17 +109,4 @@ func run() error {
 			"mutualTLS", cfg.TLS.Enabled(), "groupers", cfg.Groupers)
 		return app.Run(ctx, log, cfg)
 	})
-}
-
-// stringList is a flag that may be repeated.
-type stringList []string
-
-func (l *stringList) String() string { return strings.Join(*l, ",") }
-
-func (l *stringList) Set(v string) error {
-	if v == "" {
-		return errors.New("must not be empty")
-	}
-	*l = append(*l, v)
-	return nil
 }

@@ -11,8 +11,10 @@
 // Locally it listens on 127.0.0.1:9091 (gRPC) and :8084 (/healthz, /readyz,
 // /metrics); in a cluster, run it with --grpc-addr=:9091 behind a Service.
 // --tls-cert-file and --tls-key-file serve gRPC over TLS, and --tls-ca-file
-// requires the admitter's client certificate (mutual TLS); the files are
-// read again every --tls-refresh-interval.
+// requires a client certificate from that CA (mutual TLS) naming the
+// admitter's identity (--admitter-identity); the files are read again
+// every --tls-refresh-interval. Without TLS it serves only a loopback
+// --grpc-addr, unless --insecure-plaintext says otherwise.
 package main
 
 import (
@@ -31,7 +33,6 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
-	"github.com/sluice-dev/sluice/pkg/mtls"
 	"github.com/sluice-dev/sluice/pkg/serve"
 	"github.com/sluice-dev/sluice/services/checks/sdk"
 )
@@ -65,7 +66,7 @@ func run(ctx context.Context, args []string, logOut io.Writer, onListen listenin
 	fs.Lookup("http-addr").DefValue = defaultHTTPAddr
 	grpcAddr := fs.String("grpc-addr", defaultGRPCAddr, "address serving sluice.checks.v1, grpc.health.v1 and reflection (in a cluster: :9091)")
 	shutdownTimeout := fs.Duration("shutdown-timeout", 10*time.Second, "how long calls in flight may finish after SIGTERM")
-	tlsFiles := mtls.BindServerFlags(fs, "the admitter's client certificate (the AdmissionCheck's spec.tls.clientCertificateSecretRef)")
+	security := bindSecurityFlags(fs)
 	providerFlags := bindProviderFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -73,9 +74,7 @@ func run(ctx context.Context, args []string, logOut io.Writer, onListen listenin
 		}
 		return err
 	}
-	if !tlsFiles.Enabled() {
-		tlsFiles = nil
-	} else if err := tlsFiles.ValidateServer(); err != nil {
+	if err := security.validate(*grpcAddr); err != nil {
 		return err
 	}
 	prov, err := providerFlags.load()
@@ -84,24 +83,21 @@ func run(ctx context.Context, args []string, logOut io.Writer, onListen listenin
 	}
 
 	return serve.Main(ctx, logOut, serviceName, version, sf, func(ctx context.Context, log logr.Logger) error {
-		return serveChecks(ctx, log, sf, prov, *grpcAddr, *shutdownTimeout, tlsFiles, onListen)
+		return serveChecks(ctx, log, sf, prov, *grpcAddr, *shutdownTimeout, security, onListen)
 	})
 }
 
-// serveChecks serves the built-in providers over gRPC (TLS when tlsFiles
-// is set) and the probes and metrics over plaintext HTTP until ctx ends.
-func serveChecks(ctx context.Context, log logr.Logger, sf *serve.Flags, prov *provider, grpcAddr string, shutdownTimeout time.Duration, tlsFiles *mtls.Files, onListen listening) error {
+// serveChecks serves the built-in providers over gRPC, secured as security
+// says, and the probes and metrics over plaintext HTTP until ctx ends.
+func serveChecks(ctx context.Context, log logr.Logger, sf *serve.Flags, prov *provider, grpcAddr string, shutdownTimeout time.Duration, security *securityFlags, onListen listening) error {
 	reg := serve.NewRegistry()
 	metrics := grpcprom.NewServerMetrics()
 	reg.MustRegister(metrics)
-	opts := []sdk.Option{
+	opts := append([]sdk.Option{
 		sdk.WithLogger(log),
 		sdk.WithShutdownTimeout(shutdownTimeout),
 		sdk.WithServerOptions(grpc.ChainUnaryInterceptor(metrics.UnaryServerInterceptor())),
-	}
-	if tlsFiles != nil {
-		opts = append(opts, sdk.WithTLS(*tlsFiles))
-	}
+	}, security.serverOptions()...)
 	srv, err := sdk.NewServer(prov.info, prov.checker, opts...)
 	if err != nil {
 		return err
@@ -128,10 +124,8 @@ func serveChecks(ctx context.Context, log logr.Logger, sf *serve.Flags, prov *pr
 	})
 
 	log.Info("starting", "version", version, "grpcAddr", grpcLis.Addr().String(), "httpAddr", httpLis.Addr().String(),
-		"providers", []string{prov.info.Name}, "transport", transport(tlsFiles))
-	if tlsFiles == nil {
-		log.Info("serving gRPC in plaintext: the admitter calls a plaintext provider only on a loopback endpoint or when its AdmissionCheck sets spec.insecurePlaintext; --tls-cert-file and --tls-key-file serve TLS")
-	}
+		"providers", []string{prov.info.Name}, "transport", security.transport())
+	security.logStart(log)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		serving.Store(true)
@@ -146,16 +140,4 @@ func serveChecks(ctx context.Context, log logr.Logger, sf *serve.Flags, prov *pr
 		onListen(grpcLis.Addr(), httpLis.Addr())
 	}
 	return g.Wait()
-}
-
-// transport says how the gRPC server secures its connections, for the log.
-func transport(f *mtls.Files) string {
-	switch {
-	case f == nil:
-		return "plaintext"
-	case f.CAFile != "":
-		return "mutual TLS"
-	default:
-		return "TLS"
-	}
 }

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/sluice-dev/sluice/pkg/podkeys"
 	"github.com/sluice-dev/sluice/test/harness"
@@ -34,8 +35,8 @@ func (r rawResult) String() string {
 // measureRaw creates burst pods in ns and then ungates each with one plain
 // patch: the ceiling sluice is held against. With gated the pods are
 // created with the gate; without, something in the API server's admission
-// (the gating webhook) must add it.
-func measureRaw(ctx context.Context, b *testing.B, cs kubernetes.Interface, ns string, gated bool) rawResult {
+// (the gating webhook) must add it. labels are put on every pod.
+func measureRaw(ctx context.Context, b *testing.B, cs kubernetes.Interface, ns string, gated bool, labels map[string]string) rawResult {
 	names := make([]string, burst)
 	for i := range names {
 		names[i] = fmt.Sprintf("raw-%d", i)
@@ -43,6 +44,7 @@ func measureRaw(ctx context.Context, b *testing.B, cs kubernetes.Interface, ns s
 	start := time.Now()
 	parallel(burst, func(i int) error {
 		p := benchPod(ns, names[i], "")
+		p.Labels = labels
 		if gated {
 			p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: podkeys.AdmissionGate}}
 		}
@@ -77,7 +79,22 @@ func measureRawThroughWebhook(ctx context.Context, b *testing.B, cs kubernetes.I
 	ns := namespace(ctx, b, cs, "raw-webhook")
 	unregister := startGatingWebhook(ctx, b, cs, ns)
 	defer unregister()
-	return measureRaw(ctx, b, cs, ns, false)
+	return measureRaw(ctx, b, cs, ns, false, nil)
+}
+
+// measureRawThroughPolicy is the raw pipeline on pods sluice manages
+// (labelled kueue.x-k8s.io/managed=true) with sluice's admission policies
+// in force, ungated by an admin: every ungate is judged in full (match
+// condition, every validation, the authorizer's answer on the permission
+// to release pods). It bounds what the policy costs the ungate path; the
+// grouper's own ungates stop at the first match condition, which skips
+// sluice's ServiceAccounts.
+func measureRawThroughPolicy(ctx context.Context, b *testing.B, cs kubernetes.Interface, admin *rest.Config) rawResult {
+	if err := harness.InstallPolicies(ctx, admin); err != nil {
+		b.Fatal(err)
+	}
+	ns := namespace(ctx, b, cs, "raw-policy")
+	return measureRaw(ctx, b, cs, ns, true, map[string]string{podkeys.ManagedLabel: podkeys.ManagedLabelValue})
 }
 
 // gatingPatch is the whole mutation of the gating webhook.

@@ -15,7 +15,10 @@
 // certificates of a devca CA written to a temporary directory, and the kit
 // dials it with the admitter's client certificate (--ca-file, --cert-file,
 // --key-file, --server-name), as sluice does for an AdmissionCheck with
-// spec.tls; the example providers serve plaintext.
+// spec.tls: its identity is the only one the checks service serves (the
+// default --admitter-identity, which this test leaves as it is, so that
+// the default is what passes). The example providers serve plaintext, on
+// loopback.
 //
 // The binaries come from $SLUICE_SERVICES_BIN (`make e2e` sets it to bin/)
 // or are built into a temporary directory. The JavaScript provider needs

@@ -86,7 +86,7 @@ func WithLogger(log logr.Logger) Option { return func(o *options) { o.log = log 
 // ClientCAs, mutual TLS. Up serves it again.
 func WithTLS(cfg *tls.Config) Option {
 	return func(o *options) {
-		o.serverOpts = append(o.serverOpts, sdk.WithServerOptions(grpc.Creds(credentials.NewTLS(cfg))))
+		o.serverOpts = append(o.serverOpts, sdk.WithTransportCredentials(credentials.NewTLS(cfg)))
 	}
 }
 

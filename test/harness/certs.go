@@ -35,6 +35,15 @@ const certLife = 7 * 24 * time.Hour
 // identity into dir/<service>, and stores the admitter's as
 // AdmitterTLSSecret.
 func IssueIdentities(ctx context.Context, cfg *rest.Config, dir string) error {
+	if err := issueIdentityFiles(dir); err != nil {
+		return err
+	}
+	return storeIdentity(ctx, cfg, filepath.Join(dir, "admitter"), AdmitterTLSSecret)
+}
+
+// issueIdentityFiles is IssueIdentities without the Secret: the CA in
+// dir/ca and each service's identity in dir/<service>.
+func issueIdentityFiles(dir string) error {
 	caDir := filepath.Join(dir, "ca")
 	ca, err := devca.Load(caDir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -46,10 +55,7 @@ func IssueIdentities(ctx context.Context, cfg *rest.Config, dir string) error {
 	if err != nil {
 		return err
 	}
-	if err := ca.IssueServices(dir, mtls.DefaultTrustDomain, SystemNamespace, certLife); err != nil {
-		return err
-	}
-	return storeIdentity(ctx, cfg, filepath.Join(dir, "admitter"), AdmitterTLSSecret)
+	return ca.IssueServices(dir, mtls.DefaultTrustDomain, SystemNamespace, certLife)
 }
 
 // storeIdentity creates or replaces Secret name from the identity files in
@@ -90,6 +96,21 @@ func tlsArgs(dir, service string) []string {
 		"--tls-key-file", filepath.Join(d, devca.KeyFile),
 		"--tls-ca-file", filepath.Join(d, devca.CAFile),
 	}
+}
+
+// admitterIdentity is the identity (URI SAN) IssueIdentities gives the
+// admitter's certificate: the SPIFFE ID of its ServiceAccount in
+// SystemNamespace, as cert-manager gives it in deploy/.
+func admitterIdentity() string {
+	return mtls.ServiceIdentity(mtls.DefaultTrustDomain, SystemNamespace, ServiceAccount("admitter"))
+}
+
+// checksTLSArgs are the checks service's flags for mutual TLS: its
+// identity from dir, and the one caller it serves, the admitter. The
+// admitter's identity is named outright, so that it is the one
+// IssueIdentities gave, whatever the service's default.
+func checksTLSArgs(dir string) []string {
+	return append(tlsArgs(dir, "checks"), "--admitter-identity", admitterIdentity())
 }
 
 // ChecksTLS is the spec.tls of an AdmissionCheck that reaches the built-in

@@ -77,15 +77,29 @@ var accessProbes = []struct {
 // InstallAccess applies the access manifests with cfg (an admin) and
 // waits until the services' permissions are in force.
 func InstallAccess(ctx context.Context, cfg *rest.Config) error {
-	root, err := testenv.ModuleRoot()
-	if err != nil {
-		return err
-	}
 	c, err := client.New(cfg, client.Options{})
 	if err != nil {
 		return fmt.Errorf("creating client: %w", err)
 	}
-	for _, glob := range accessManifests {
+	if err := applyManifests(ctx, c, accessManifests); err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("creating clientset: %w", err)
+	}
+	return waitAuthorized(ctx, cs)
+}
+
+// applyManifests server-side applies every file that globs (relative to
+// the module root) match, in order; a glob that matches nothing is an
+// error.
+func applyManifests(ctx context.Context, c client.Client, globs []string) error {
+	root, err := testenv.ModuleRoot()
+	if err != nil {
+		return err
+	}
+	for _, glob := range globs {
 		files, err := filepath.Glob(filepath.Join(root, glob))
 		if err != nil || len(files) == 0 {
 			return fmt.Errorf("no manifest matches %s (%v)", glob, err)
@@ -96,11 +110,7 @@ func InstallAccess(ctx context.Context, cfg *rest.Config) error {
 			}
 		}
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("creating clientset: %w", err)
-	}
-	return waitAuthorized(ctx, cs)
+	return nil
 }
 
 // applyFile server-side applies every object of a YAML file.
@@ -170,12 +180,12 @@ func WriteKubeconfigs(ctx context.Context, env *testenv.Env, dir string) (map[st
 	}
 	paths := map[string]string{}
 	for _, svc := range apiServices {
-		token, err := mintToken(ctx, cs, ServiceAccount(svc))
+		token, err := mintToken(ctx, cs, SystemNamespace, ServiceAccount(svc))
 		if err != nil {
 			return nil, err
 		}
 		path := filepath.Join(dir, svc+".kubeconfig")
-		if err := writeKubeconfig(path, env.Config, Username(svc), token); err != nil {
+		if err := writeKubeconfig(path, env.Config, Username(svc), token, SystemNamespace); err != nil {
 			return nil, err
 		}
 		paths[svc] = path
@@ -183,12 +193,12 @@ func WriteKubeconfigs(ctx context.Context, env *testenv.Env, dir string) (map[st
 	return paths, nil
 }
 
-func mintToken(ctx context.Context, cs kubernetes.Interface, serviceAccount string) (string, error) {
+func mintToken(ctx context.Context, cs kubernetes.Interface, namespace, serviceAccount string) (string, error) {
 	seconds := int64(TokenLifetime / time.Second)
-	tr, err := cs.CoreV1().ServiceAccounts(SystemNamespace).CreateToken(ctx, serviceAccount,
+	tr, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, serviceAccount,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &seconds}}, metav1.CreateOptions{})
 	if err != nil {
-		return "", fmt.Errorf("requesting a token for ServiceAccount %s/%s: %w", SystemNamespace, serviceAccount, err)
+		return "", fmt.Errorf("requesting a token for ServiceAccount %s/%s: %w", namespace, serviceAccount, err)
 	}
 	// The API server may shorten the lifetime; a token that expires
 	// during a suite would fail it in confusing ways.
@@ -199,13 +209,13 @@ func mintToken(ctx context.Context, cs kubernetes.Interface, serviceAccount stri
 }
 
 // writeKubeconfig writes a kubeconfig for the API server of admin (its
-// address and CA) that authenticates with token.
-func writeKubeconfig(path string, admin *rest.Config, user, token string) error {
+// address and CA) that authenticates with token and works in namespace.
+func writeKubeconfig(path string, admin *rest.Config, user, token, namespace string) error {
 	const cluster = "sluice-local"
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters[cluster] = &clientcmdapi.Cluster{Server: admin.Host, CertificateAuthorityData: admin.CAData}
 	kc.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: token}
-	kc.Contexts[cluster] = &clientcmdapi.Context{Cluster: cluster, AuthInfo: user, Namespace: SystemNamespace}
+	kc.Contexts[cluster] = &clientcmdapi.Context{Cluster: cluster, AuthInfo: user, Namespace: namespace}
 	kc.CurrentContext = cluster
 	if err := clientcmd.WriteToFile(*kc, path); err != nil {
 		return fmt.Errorf("writing kubeconfig %s: %w", path, err)

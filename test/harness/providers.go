@@ -21,12 +21,12 @@ func WriteKubeconfig(ctx context.Context, env *testenv.Env, dir, service string)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("creating %s: %w", dir, err)
 	}
-	token, err := mintToken(ctx, cs, ServiceAccount(service))
+	token, err := mintToken(ctx, cs, SystemNamespace, ServiceAccount(service))
 	if err != nil {
 		return "", err
 	}
 	path := filepath.Join(dir, service+".kubeconfig")
-	if err := writeKubeconfig(path, env.Config, Username(service), token); err != nil {
+	if err := writeKubeconfig(path, env.Config, Username(service), token, SystemNamespace); err != nil {
 		return "", err
 	}
 	return path, nil

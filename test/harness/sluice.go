@@ -38,7 +38,8 @@ type Sluice struct {
 }
 
 // Start installs the CRDs, the system namespace and each service's
-// ServiceAccount, RBAC and flow control from deploy/, issues each service
+// ServiceAccount, RBAC and flow control from deploy/, the admission
+// policies and the roles for users (InstallPolicies), issues each service
 // a certificate for mutual TLS from a CA of its own (IssueIdentities), then
 // starts the services, each with a kubeconfig of its own ServiceAccount (so
 // a verb missing from deploy/ fails here as it would in a cluster), and
@@ -51,6 +52,9 @@ func Start(ctx context.Context, env *testenv.Env, opts Options) (*Sluice, error)
 		return nil, err
 	}
 	if err := InstallAccess(ctx, env.Config); err != nil {
+		return nil, err
+	}
+	if err := InstallPolicies(ctx, env.Config); err != nil {
 		return nil, err
 	}
 	kc, err := WriteKubeconfigs(ctx, env, filepath.Join(env.Dir, "sluice-identities"))
@@ -89,7 +93,7 @@ func Start(ctx context.Context, env *testenv.Env, opts Options) (*Sluice, error)
 	s.Admitter = svc("admitter", admitterHTTP, append(tlsArgs(certs, "admitter"), "--kubeconfig", kc["admitter"],
 		"--grpc-addr", admitterGRPC, "--namespace", SystemNamespace, "--leader-elect=false")...)
 	s.Admitter.GRPCAddr = admitterGRPC
-	s.Checks = svc("checks", checksHTTP, append(tlsArgs(certs, "checks"), "--grpc-addr", checksGRPC)...)
+	s.Checks = svc("checks", checksHTTP, append(checksTLSArgs(certs), "--grpc-addr", checksGRPC)...)
 	s.Checks.GRPCAddr = checksGRPC
 	s.Grouper = svc("grouper", grouperHTTP, append(tlsArgs(certs, "grouper"), "--kubeconfig", kc["grouper"],
 		"--admitter-addr", admitterGRPC)...)

@@ -84,6 +84,8 @@ func ModuleRoot() (string, error) {
 // binaries are the absolute paths of the control-plane executables.
 type binaries struct {
 	etcd, apiServer, controllerManager, scheduler, kwok string
+	// kubectl is not started; tests run it as a user would.
+	kubectl string
 }
 
 func findBinaries(root string, o Options) (binaries, error) {
@@ -100,6 +102,7 @@ func findBinaries(root string, o Options) (binaries, error) {
 		controllerManager: filepath.Join(dir, "kube-controller-manager"),
 		scheduler:         filepath.Join(dir, "kube-scheduler"),
 		kwok:              filepath.Join(dir, "kwok"),
+		kubectl:           filepath.Join(dir, "kubectl"),
 	}
 	need := []string{b.etcd, b.apiServer}
 	if o.ControllerManager {

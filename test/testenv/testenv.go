@@ -318,6 +318,10 @@ func (e *Env) LogPath(component string) string {
 // LogDir returns the directory that holds every component's log.
 func (e *Env) LogDir() string { return e.files.logs }
 
+// Kubectl returns the path of the kubectl built with the control plane,
+// for tests that act as a person would.
+func (e *Env) Kubectl() string { return e.files.bins.kubectl }
+
 // Clientset returns a typed client for Config.
 func (e *Env) Clientset() (kubernetes.Interface, error) {
 	cs, err := kubernetes.NewForConfig(e.Config)

@@ -7,11 +7,14 @@ import (
 
 // WorkloadSpec is a unit of admission: the pod sets that must start together.
 type WorkloadSpec struct {
-	// podSets are the groups of equivalent pods, one per role.
+	// podSets are the groups of equivalent pods, one per role. They are
+	// immutable: quota is counted from them, and a change under an
+	// admission would make the queue's usage say less than what runs.
 	// +listType=map
 	// +listMapKey=name
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=18
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="podSets are immutable: the workload's quota is counted from them"
 	PodSets []PodSet `json:"podSets"`
 
 	// queueName is the LocalQueue, in the Workload's namespace, it waits in.

@@ -17,8 +17,13 @@
 // evaluation keys to every open stream without blocking.
 //
 // WithTLS (and Main's --tls-* flags) serve TLS from PEM files read again
-// while the server runs, and mutual TLS with a client CA: sluice's
-// admitter talks plaintext only to a provider on loopback.
+// while the server runs, and mutual TLS with a client CA;
+// WithClientIdentities (--client-identity) then serves only the clients
+// whose certificates carry the identities given. Without TLS, Serve (and
+// Main) serve plaintext only on a loopback address or a unix socket,
+// unless WithInsecurePlaintext (--insecure-plaintext) says otherwise on
+// purpose; sluice's admitter likewise talks plaintext only to a provider
+// on loopback.
 //
 // The package imports no Kubernetes module.
 package sdk

@@ -45,7 +45,8 @@ func (zoneChecker) Evaluate(_ context.Context, req *checksv1.EvaluateRequest) (*
 func (zoneChecker) Release(context.Context, *checksv1.ReleaseRequest) error { return nil }
 
 // A complete provider: a Checker, an Info and NewServer. In a real main,
-// listen on ":9091" and pass a context cancelled on SIGTERM to Serve.
+// serve TLS (WithTLS), listen on ":9091" and pass a context cancelled on
+// SIGTERM to Serve; without TLS, Serve serves only a loopback address.
 func Example() {
 	srv, err := sdk.NewServer(sdk.Info{
 		Name:          "zone.checks.example.com",

@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	checksv1 "github.com/sluice-dev/sluice/gen/sluice/checks/v1"
 )
@@ -217,4 +219,137 @@ func httpGet(t *testing.T, url string) (int, string) {
 		t.Fatal(err)
 	}
 	return resp.StatusCode, string(body)
+}
+
+// TestRunTransportRules runs Main with flags that break the transport
+// rules: each exits 2 before serving, naming the flags. Its context ends
+// after a few seconds, so a provider that serves anyway fails the test
+// (exit 0) instead of hanging it.
+func TestRunTransportRules(t *testing.T) {
+	tlsDir := issue(t, newCA(t, "CA"), t.TempDir())
+	mutual := []string{"--tls-cert-file", tlsDir.cert(), "--tls-key-file", tlsDir.key(), "--tls-ca-file", tlsDir.ca()}
+	tests := []struct {
+		name    string
+		args    []string
+		wantLog []string
+	}{
+		{name: "plaintext on every interface", args: []string{"--addr", "0.0.0.0:0"},
+			wantLog: []string{"--addr 0.0.0.0:0 is not a loopback address, and a provider serves plaintext only on loopback", "--tls-cert-file", "--insecure-plaintext"}},
+		{name: "plaintext on the default address", args: nil,
+			wantLog: []string{"--addr " + DefaultAddr + " is not a loopback address", "--insecure-plaintext"}},
+		{name: "plaintext on a name", args: []string{"--addr", "provider.example:0"},
+			wantLog: []string{"--addr provider.example:0 is not a loopback address"}},
+		{name: "insecure plaintext with TLS", args: append([]string{"--addr", "127.0.0.1:0", "--insecure-plaintext"}, mutual...),
+			wantLog: []string{"--insecure-plaintext allows plaintext, and the --tls-* flags serve TLS"}},
+		{name: "client identity in plaintext", args: []string{"--addr", "127.0.0.1:0", "--client-identity", admitterIdentity},
+			wantLog: []string{"--client-identity needs mutual TLS"}},
+		{name: "client identity without a client CA",
+			args:    []string{"--addr", "127.0.0.1:0", "--tls-cert-file", tlsDir.cert(), "--tls-key-file", tlsDir.key(), "--client-identity", admitterIdentity},
+			wantLog: []string{"--client-identity needs mutual TLS: --tls-ca-file"}},
+		{name: "client identity that is no URI", args: append([]string{"--addr", "127.0.0.1:0", "--client-identity", "sluice-admitter"}, mutual...),
+			wantLog: []string{`invalid value "sluice-admitter" for flag -client-identity`, "not an absolute URI"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+			defer cancel()
+			var stderr syncBuffer
+			if code := run(ctx, "provider", tt.args, &stderr, Info{Name: "main.checks.example.com"}, EvaluateFunc(readyFunc)); code != 2 {
+				t.Errorf("exit code %d, want 2; stderr:\n%s", code, stderr.String())
+			}
+			for _, want := range tt.wantLog {
+				if !strings.Contains(stderr.String(), want) {
+					t.Errorf("stderr does not say %q:\n%s", want, stderr.String())
+				}
+			}
+		})
+	}
+}
+
+// TestRunServesInsecurePlaintext serves plaintext on every interface with
+// --insecure-plaintext: a call gets through, and the log warns.
+func TestRunServesInsecurePlaintext(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	var stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, "provider", []string{"--addr", "0.0.0.0:0", "--insecure-plaintext"}, &stderr,
+			Info{Name: "main.checks.example.com"}, EvaluateFunc(readyFunc))
+	}()
+	addr := loggedAddr(t, &stderr, "addr")
+	lis, err := net.ResolveTCPAddr("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := dialWith(t, dialAddr(lis), insecure.NewCredentials())
+	if err := evaluate(t.Context(), conn); err != nil {
+		t.Fatalf("Evaluate over plaintext on %s: %v\n%s", addr, err, stderr.String())
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit code %d after cancel, want 0; stderr:\n%s", code, stderr.String())
+	}
+	for _, want := range []string{`"transport":"plaintext"`, `"level":"WARN","msg":"serving plaintext on an address that is not loopback`} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("log does not contain %s:\n%s", want, stderr.String())
+		}
+	}
+}
+
+// TestRunServesClientIdentities serves mutual TLS to --client-identity
+// alone: that identity is served, another of the same CA is denied.
+func TestRunServesClientIdentities(t *testing.T) {
+	root := t.TempDir()
+	ca := newCA(t, "CA")
+	server, admitter := issue(t, ca, filepath.Join(root, "server")), issue(t, ca, filepath.Join(root, "admitter"))
+	other := issueAs(t, ca, filepath.Join(root, "other"), otherIdentity)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	var stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, "provider", []string{"--addr", "127.0.0.1:0", "--client-identity", admitterIdentity,
+			"--tls-cert-file", server.cert(), "--tls-key-file", server.key(), "--tls-ca-file", server.ca()},
+			&stderr, Info{Name: "main.checks.example.com"}, EvaluateFunc(readyFunc))
+	}()
+	addr := loggedAddr(t, &stderr, "addr")
+	if err := evaluate(t.Context(), dialWith(t, addr, clientCreds(t, admitter.clientFiles(true)))); err != nil {
+		t.Errorf("Evaluate as %s: %v", admitterIdentity, err)
+	}
+	err := evaluate(t.Context(), dialWith(t, addr, clientCreds(t, other.clientFiles(true))))
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), otherIdentity) || !strings.Contains(err.Error(), admitterIdentity) {
+		t.Errorf("Evaluate as %s = %v, want PERMISSION_DENIED naming both identities", otherIdentity, err)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit code %d after cancel, want 0; stderr:\n%s", code, stderr.String())
+	}
+	if want := `"clientIdentities":["` + admitterIdentity + `"]`; !strings.Contains(stderr.String(), want) {
+		t.Errorf("log does not contain %s:\n%s", want, stderr.String())
+	}
+}
+
+// TestRunCountsTLSGivenInCode serves on every interface with TLS given to
+// Main as an option rather than by flags: that is not plaintext, so Main
+// serves it.
+func TestRunCountsTLSGivenInCode(t *testing.T) {
+	server := issue(t, newCA(t, "CA"), t.TempDir())
+	ctx, cancel := context.WithCancel(t.Context())
+	var stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, "provider", []string{"--addr", "0.0.0.0:0"}, &stderr, Info{Name: "main.checks.example.com"}, EvaluateFunc(readyFunc),
+			WithTLS(server.serverFiles(false, 0)))
+	}()
+	addr, err := net.ResolveTCPAddr("tcp", loggedAddr(t, &stderr, "addr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := evaluate(t.Context(), dialWith(t, dialAddr(addr), clientCreds(t, server.clientFiles(false)))); err != nil {
+		t.Fatalf("Evaluate over TLS: %v\n%s", err, stderr.String())
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit code %d after cancel, want 0; stderr:\n%s", code, stderr.String())
+	}
 }

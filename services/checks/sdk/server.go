@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -84,20 +86,34 @@ type config struct {
 	shutdownTimeout    time.Duration
 	skipResponseChecks bool
 	tls                *mtls.Files
+	ownCreds           credentials.TransportCredentials // WithTransportCredentials
+	insecurePlaintext  bool
+	clientIdentities   []string
 	changeBuffer       int
 }
 
 // Option configures NewServer.
 type Option func(*config)
 
+// newConfig applies opts to the defaults.
+func newConfig(opts []Option) config {
+	cfg := config{log: logr.Discard(), shutdownTimeout: defaultShutdown, changeBuffer: defaultChangeBuffer}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return cfg
+}
+
 // WithLogger logs failed calls and recovered panics to log (default: none).
 func WithLogger(log logr.Logger) Option {
 	return func(c *config) { c.log = log }
 }
 
-// WithServerOptions adds grpc.ServerOptions (TLS credentials,
-// interceptors, limits) to the server Serve runs. They come after the
-// SDK's own, so a later keepalive policy replaces the SDK's.
+// WithServerOptions adds grpc.ServerOptions (interceptors, limits) to the
+// server Serve runs. They come after the SDK's own, so a later keepalive
+// policy replaces the SDK's. Give credentials with WithTLS or
+// WithTransportCredentials rather than grpc.Creds here: Serve does not see
+// these, and serves a port it thinks plaintext only on loopback.
 func WithServerOptions(opts ...grpc.ServerOption) Option {
 	return func(c *config) { c.serverOpts = append(c.serverOpts, opts...) }
 }
@@ -151,12 +167,12 @@ func NewServer(info Info, checker Checker, opts ...Option) (*Server, error) {
 	if checker == nil {
 		return nil, errors.New("sdk.NewServer: checker is nil")
 	}
-	cfg := config{log: logr.Discard(), shutdownTimeout: defaultShutdown, changeBuffer: defaultChangeBuffer}
-	for _, o := range opts {
-		o(&cfg)
-	}
+	cfg := newConfig(opts)
 	if cfg.changeBuffer <= 0 {
 		return nil, fmt.Errorf("sdk.NewServer: WithChangeBuffer(%d): must be positive", cfg.changeBuffer)
+	}
+	if err := cfg.checkTransport(); err != nil {
+		return nil, fmt.Errorf("sdk.NewServer: %w", err)
 	}
 	pi := &checksv1.GetProviderInfoResponse{
 		Name:             info.Name,
@@ -192,10 +208,15 @@ func NewServer(info Info, checker Checker, opts ...Option) (*Server, error) {
 		}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: serverPingInterval, Timeout: serverPingTimeout}),
 	}
-	if s.creds != nil {
+	switch {
+	case s.creds != nil:
 		base = append(base, grpc.Creds(s.creds))
+	case cfg.ownCreds != nil:
+		base = append(base, grpc.Creds(cfg.ownCreds))
 	}
-	s.grpc = grpc.NewServer(append(base, cfg.serverOpts...)...)
+	// Authorization is the innermost interceptor: the provider's own
+	// (metrics, logs) see the calls it refuses, its handlers never do.
+	s.grpc = grpc.NewServer(slices.Concat(base, cfg.serverOpts, cfg.authorizationOptions())...)
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
@@ -211,7 +232,9 @@ func NewServer(info Info, checker Checker, opts ...Option) (*Server, error) {
 
 // Register adds IdentityService and CheckService to a gRPC server you
 // run yourself. Health, reflection, keepalive policy and tracing are then
-// yours to set up; Serve does all of it. Call CloseWatchStreams before you
+// yours to set up, and so are its transport security and whom it serves
+// (WithTLS, WithInsecurePlaintext and WithClientIdentities apply to Serve's
+// server only); Serve does all of it. Call CloseWatchStreams before you
 // stop that server gracefully.
 func (s *Server) Register(r grpc.ServiceRegistrar) {
 	checksv1.RegisterIdentityServiceServer(r, identityService{s: s})
@@ -225,11 +248,14 @@ func (s *Server) GRPCServer() *grpc.Server { return s.grpc }
 // Health is the health service Serve runs; every service starts SERVING.
 func (s *Server) Health() *health.Server { return s.health }
 
-// transport says how WithTLS secures connections, for the log:
-// "plaintext", "TLS" or "mutual TLS". Credentials given with
-// WithServerOptions are not seen.
+// transport says how the server secures connections, for the log:
+// "plaintext", "TLS" or "mutual TLS", or "own credentials" for
+// WithTransportCredentials. Credentials given with WithServerOptions are
+// not seen.
 func (s *Server) transport() string {
 	switch {
+	case s.cfg.ownCreds != nil:
+		return "own credentials"
 	case s.cfg.tls == nil:
 		return "plaintext"
 	case s.cfg.tls.CAFile != "":
@@ -243,10 +269,18 @@ func (s *Server) transport() string {
 // open WatchChanges streams (UNAVAILABLE: the callers reconnect to another
 // replica or once it is back), waits for calls in flight (at most the
 // shutdown timeout) and returns nil. A Server serves once.
+//
+// A Server without TLS serves only a listener on a loopback address or a
+// unix socket: on any other, Serve closes lis and returns an error, unless
+// the Server was built WithInsecurePlaintext.
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	err := errors.New("sdk: Server.Serve called twice")
 	s.serveOnce.Do(func() {
-		err = s.serve(ctx, lis)
+		if err = s.checkListener(lis.Addr()); err != nil {
+			lis.Close()
+		} else {
+			err = s.serve(ctx, lis)
+		}
 		if s.creds != nil {
 			s.creds.Close()
 		}

@@ -58,12 +58,19 @@ func newCA(t *testing.T, name string) *devca.CA {
 	return ca
 }
 
-// issue writes a certificate of ca for the loopback names, with ca's
-// bundle, to dir (replacing what is there) and returns dir.
+// issue writes a certificate of ca for the loopback names and the
+// admitter's identity, with ca's bundle, to dir (replacing what is there)
+// and returns dir.
 func issue(t *testing.T, ca *devca.CA, dir string) identity {
 	t.Helper()
+	return issueAs(t, ca, dir, admitterIdentity)
+}
+
+// issueAs is issue for a certificate that names uris (none: no URI SAN).
+func issueAs(t *testing.T, ca *devca.CA, dir string, uris ...string) identity {
+	t.Helper()
 	leaf, err := ca.Issue(devca.Request{
-		URIs:     []string{admitterIdentity},
+		URIs:     uris,
 		DNSNames: devca.LoopbackNames,
 		IPs:      devca.LoopbackIPs(),
 		Life:     time.Hour,

@@ -311,3 +311,49 @@ func TestWorkloadSchema(t *testing.T) {
 		t.Errorf("spec.active defaulted to %v, want true", wl.Spec.Active)
 	}
 }
+
+// TestWorkloadPodSetsAreImmutable: what a workload's quota is counted
+// from cannot change, for anyone; the rest of its spec is judged by the
+// policy sluice-workloads (test/e2e).
+func TestWorkloadPodSetsAreImmutable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	wl := &sluicev1alpha1.Workload{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "immutable-", Namespace: "default"},
+		Spec: sluicev1alpha1.WorkloadSpec{
+			QueueName: "q",
+			PodSets: []sluicev1alpha1.PodSet{{Name: "main", Count: 2, Template: sluicev1alpha1.PodSetTemplate{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")},
+			}}},
+		},
+	}
+	if err := k8s.Create(ctx, wl); err != nil {
+		t.Fatal(err)
+	}
+	changes := map[string]func(*sluicev1alpha1.Workload){
+		"requests": func(w *sluicev1alpha1.Workload) {
+			w.Spec.PodSets[0].Template.Requests[corev1.ResourceCPU] = resource.MustParse("1m")
+		},
+		"count":     func(w *sluicev1alpha1.Workload) { w.Spec.PodSets[0].Count = 1 },
+		"role hash": func(w *sluicev1alpha1.Workload) { w.Spec.PodSets[0].Template.RoleHash = "aaaaaaaa" },
+		"another set": func(w *sluicev1alpha1.Workload) {
+			w.Spec.PodSets = append(w.Spec.PodSets, sluicev1alpha1.PodSet{Name: "more", Count: 1})
+		},
+	}
+	for name, change := range changes {
+		t.Run(name, func(t *testing.T) {
+			changed := wl.DeepCopy()
+			change(changed)
+			err := k8s.Update(ctx, changed)
+			if err == nil || !strings.Contains(err.Error(), "spec.podSets: Invalid value") ||
+				!strings.Contains(err.Error(), "podSets are immutable: the workload's quota is counted from them") {
+				t.Fatalf("changing the pod sets' %s: error %v, want the immutability rule", name, err)
+			}
+		})
+	}
+	other := wl.DeepCopy()
+	other.Labels = map[string]string{"team": "a"}
+	if err := k8s.Update(ctx, other); err != nil {
+		t.Fatalf("a change that leaves the pod sets alone was refused: %v", err)
+	}
+}

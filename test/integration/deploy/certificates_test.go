@@ -30,8 +30,9 @@ type certificate struct {
 // TestMutualTLSWiring checks that deploy/'s mutual TLS fits together:
 // each gRPC service mounts its own cert-manager Secret and names its files
 // in its flags, its certificate carries the identity the admitter's
-// authorization expects, and the admitter's certificate holds the name the
-// grouper dials.
+// authorization expects, the checks services serve the identity the
+// admitter's certificate carries and nothing in plaintext, and the
+// admitter's certificate holds the name the grouper dials.
 func TestMutualTLSWiring(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -62,6 +63,8 @@ func TestMutualTLSWiring(t *testing.T) {
 		{"sluice-admitter", []string{"server auth", "client auth"}},
 		{"sluice-grouper", []string{"client auth"}},
 		{"sluice-checks", []string{"server auth"}},
+		{"sluice-checks-budget", []string{"server auth"}},
+		{"sluice-checks-approval", []string{"server auth"}},
 	} {
 		dep, ok := deployments[svc.name]
 		if !ok {
@@ -96,6 +99,19 @@ func TestMutualTLSWiring(t *testing.T) {
 	if got := certs["sluice-grouper-tls"].Spec.URIs; !slices.Contains(got, grouperID) {
 		t.Errorf("the grouper's certificate names %v; the admitter serves only %s", got, grouperID)
 	}
+	// The checks services serve the admitter's identity alone, over mutual
+	// TLS (the loop above checked --tls-ca-file).
+	admitterIDs := certs["sluice-admitter-tls"].Spec.URIs
+	for _, name := range []string{"sluice-checks", "sluice-checks-budget", "sluice-checks-approval"} {
+		args := deployments[name].Spec.Template.Spec.Containers[0].Args
+		served := flagValues(args, "--admitter-identity")
+		if len(served) == 0 || !slices.ContainsFunc(served, func(id string) bool { return slices.Contains(admitterIDs, id) }) {
+			t.Errorf("%s serves %v (--admitter-identity); the admitter's certificate names %v", name, served, admitterIDs)
+		}
+		if slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--insecure-plaintext") }) {
+			t.Errorf("%s args %v allow plaintext; deploy/ serves mutual TLS only", name, args)
+		}
+	}
 	// The admitter's certificate holds the host the grouper dials.
 	host := dialedHost(t, deployments["sluice-grouper"].Spec.Template.Spec.Containers[0].Args)
 	if !slices.Contains(certs["sluice-admitter-tls"].Spec.DNSNames, host) {
@@ -117,6 +133,17 @@ func tlsMount(t *testing.T, dep appsv1.Deployment) (secret, mount string) {
 	}
 	t.Fatalf("%s mounts no TLS Secret", dep.Name)
 	return "", ""
+}
+
+// flagValues returns the values of every name=value in args.
+func flagValues(args []string, name string) []string {
+	var values []string
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, name+"="); ok {
+			values = append(values, v)
+		}
+	}
+	return values
 }
 
 // dialedHost is the host of the grouper's --admitter-addr.

@@ -43,7 +43,8 @@ func TestManifestsAreAccepted(t *testing.T) {
 			keep = append(keep, d)
 		}
 	}
-	for _, want := range []string{"CustomResourceDefinition", "Deployment", "ClusterRole", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "FlowSchema"} {
+	for _, want := range []string{"CustomResourceDefinition", "Deployment", "ClusterRole", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "FlowSchema",
+		"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
 		if kinds[want] == 0 {
 			t.Errorf("deploy/ builds no %s", want)
 		}

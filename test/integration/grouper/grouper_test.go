@@ -412,20 +412,20 @@ func newPod(name string) *corev1.Pod {
 
 func createPodObject(ctx context.Context, t *testing.T, pod *corev1.Pod) *corev1.Pod {
 	t.Helper()
-	created, err := s.cs.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{})
+	created, err := s.cs.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create pod %s: %v", pod.Name, err)
 	}
-	t.Cleanup(func() { releasePod(t, pod.Name) })
+	t.Cleanup(func() { releasePod(t, pod.Namespace, pod.Name) })
 	return created
 }
 
 // releasePod deletes a test pod and drops the finalizer should the
 // grouper not have done so (on failure), so the namespace stays clean.
-func releasePod(t *testing.T, name string) {
+func releasePod(t *testing.T, ns, name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	pods := s.cs.CoreV1().Pods(namespace)
+	pods := s.cs.CoreV1().Pods(ns)
 	_ = pods.Delete(ctx, name, metav1.DeleteOptions{})
 	p, err := pods.Get(ctx, name, metav1.GetOptions{})
 	if err != nil {

@@ -107,8 +107,9 @@ func startGrouper(logPath string, args ...string) (*harness.Service, error) {
 	return p, nil
 }
 
-// metric returns the value of an unlabelled series from the grouper's
-// /metrics (0 when absent).
+// metric returns the value of a series from the grouper's /metrics (0
+// when absent), named as /metrics prints it: with its labels, if it has
+// any (`name{label="value"}`).
 func metric(ctx context.Context, p *harness.Service, name string) (float64, error) {
 	body, err := p.Metrics(ctx)
 	if err != nil {
@@ -120,4 +121,20 @@ func metric(ctx context.Context, p *harness.Service, name string) (float64, erro
 		}
 	}
 	return 0, nil
+}
+
+// restartGrouper stops the suite's grouper and starts it again with the
+// same flags: a new process that remembers nothing of the pods it handled.
+// It returns once the new process is ready.
+func restartGrouper(ctx context.Context, t *testing.T) {
+	t.Helper()
+	if err := s.grouper.Stop(10 * time.Second); err != nil {
+		t.Fatalf("stop grouper: %v", err)
+	}
+	if err := s.grouper.Start(); err != nil {
+		t.Fatalf("start grouper again: %v", err)
+	}
+	if err := s.grouper.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -31,20 +31,54 @@ func startedReports(name string) []*admitterv1.Started {
 }
 
 // waitStarted waits until the n-th started report of name says scheduled
-// and ready pods of pod set main.
-func waitStarted(ctx context.Context, t *testing.T, name string, n int, scheduled, ready int32) {
+// and ready pods of pod set podSet.
+func waitStarted(ctx context.Context, t *testing.T, name, podSet string, n int, scheduled, ready int32) {
 	t.Helper()
-	waitFor(ctx, t, fmt.Sprintf("started report %d: %d scheduled, %d ready", n, scheduled, ready), func() error {
+	waitFor(ctx, t, fmt.Sprintf("started report %d of %s: %d scheduled, %d ready", n, name, scheduled, ready), func() error {
 		reports := startedReports(name)
 		if len(reports) < n {
 			return fmt.Errorf("%d started reports: %v", len(reports), reports)
 		}
 		r := reports[n-1]
-		if r.GetScheduled()["main"] != scheduled || r.GetReady()["main"] != ready {
+		if r.GetScheduled()[podSet] != scheduled || r.GetReady()[podSet] != ready {
 			return fmt.Errorf("report %d is %v", n, r)
 		}
 		return nil
 	})
+}
+
+// bindPod binds pod, which no gate may hold any more, to node-1 as
+// kube-scheduler would, and returns it as bound.
+func bindPod(ctx context.Context, t *testing.T, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	pods := s.cs.CoreV1().Pods(pod.Namespace)
+	binding := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: pod.Name}, Target: corev1.ObjectReference{Kind: "Node", Name: "node-1"}}
+	if err := pods.Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("bind pod %s: %v", pod.Name, err)
+	}
+	bound, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get pod %s: %v", pod.Name, err)
+	}
+	return bound
+}
+
+// setReady marks pod Ready, as the kubelet would, and returns it as
+// updated.
+func setReady(ctx context.Context, t *testing.T, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	pods := s.cs.CoreV1().Pods(pod.Namespace)
+	cur, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get pod %s: %v", pod.Name, err)
+	}
+	cur.Status.Conditions = append(cur.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue,
+		LastTransitionTime: metav1.Now()})
+	ready, err := pods.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatalf("set pod %s ready: %v", pod.Name, err)
+	}
+	return ready
 }
 
 // TestStartedReported: for an admission with a start-up deadline the
@@ -78,25 +112,14 @@ func TestStartedReported(t *testing.T) {
 	if _, err := pods.Patch(ctx, pod.Name, types.MergePatchType, gates, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	binding := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: pod.Name}, Target: corev1.ObjectReference{Kind: "Node", Name: "node-1"}}
-	if err := pods.Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitStarted(ctx, t, name, 1, 1, 0)
+	bindPod(ctx, t, pod)
+	waitStarted(ctx, t, name, "main", 1, 1, 0)
 
 	// A new admitter's snapshot: the counts are reported again.
 	s.admitter.breakStream(true)
-	waitStarted(ctx, t, name, 2, 1, 0)
+	waitStarted(ctx, t, name, "main", 2, 1, 0)
 
 	// Ready.
-	cur, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cur.Status.Conditions = append(cur.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue,
-		LastTransitionTime: metav1.Now()})
-	if _, err := pods.UpdateStatus(ctx, cur, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitStarted(ctx, t, name, 3, 1, 1)
+	setReady(ctx, t, pod)
+	waitStarted(ctx, t, name, "main", 3, 1, 1)
 }

@@ -177,6 +177,22 @@ func TestReinvocationSeesFinalPod(t *testing.T) {
 		})
 	}
 
+	// Both calls carry the create request's trace context: the
+	// reinvocation recognises the trace context the first call stamped
+	// as sluice's own, of the same trace.
+	t.Run("inside the create request's trace", func(t *testing.T) {
+		const trace = "5af7651916cd43dd8448eb211c80319c"
+		pod := newPod(ns, "traced-later", map[string]string{podkeys.QueueNameLabel: "research", actionLabel: "add-label"}, nil)
+		if err := tracingClient(t, "00-"+trace+"-b7ad6b7169203331-01").Create(ctx, pod); err != nil {
+			t.Fatalf("create pod: %v", err)
+		}
+		assertMarked(t, pod, "research")
+		first := later.traceparentSeen(pod.Name)
+		if got := pod.Annotations[podkeys.TraceparentAnnotation]; got != first || traceID(got) != trace {
+			t.Errorf("traceparent = %q, want %q as sluice's first invocation stamped it, of trace %s", got, first, trace)
+		}
+	})
+
 	t.Run("break", func(t *testing.T) {
 		err := s.client.Create(ctx, newPod(ns, "broken-later", map[string]string{podkeys.QueueNameLabel: "research", actionLabel: "break"}, nil))
 		const want = `admission webhook "mutate.pods.sluice.dev" denied the request: Pod "broken-later" is invalid: metadata.annotations[kueue.x-k8s.io/pod-group-total-count]: Required value: a pod that names a group must also declare how many pods the group has, ` +

@@ -123,15 +123,13 @@ func TestQueuedPodIsMarked(t *testing.T) {
 		t.Errorf("the pod's own gate was lost: %v", pod.Spec.SchedulingGates)
 	}
 
-	// A user's own role hash is kept.
+	// A role hash the user chose is replaced by the computed one.
 	own := newPod("team-a", "own-hash", map[string]string{podkeys.QueueNameLabel: "research"},
 		map[string]string{podkeys.RoleHashAnnotation: "driver"})
 	if err := s.client.Create(ctx, own); err != nil {
 		t.Fatalf("create pod: %v", err)
 	}
-	if got := own.Annotations[podkeys.RoleHashAnnotation]; got != "driver" {
-		t.Errorf("role hash = %q, want the pod's own \"driver\"", got)
-	}
+	assertMarked(t, own, "research")
 
 	body, err := s.webhook.Metrics(ctx)
 	if err != nil {

@@ -8,7 +8,6 @@ package authz
 
 import (
 	"context"
-	"slices"
 	"strings"
 
 	"google.golang.org/grpc"
@@ -102,21 +101,19 @@ func (p *Policy) Authorize(ctx context.Context) (context.Context, error) {
 		}
 		return ctx, p.Users.AuthorizeUser(ctx, method)
 	}
-	ids, ok := mtls.PeerIdentities(ctx)
-	if !ok {
-		return nil, status.Errorf(codes.Unauthenticated, "%s needs a client certificate signed by the admitter's CA", method)
-	}
+	var err error
 	switch caller {
 	case AnyPeer:
-		return ctx, nil
+		_, err = mtls.VerifiedPeerIdentities(ctx, method)
 	case Grouper:
-		if slices.ContainsFunc(ids, func(id string) bool { return slices.Contains(p.Groupers, id) }) {
-			return ctx, nil
-		}
-		return nil, status.Errorf(codes.PermissionDenied, "%s may be called only by the grouper (%s); the caller's certificate names %s",
-			method, strings.Join(p.Groupers, ", "), describe(ids))
+		err = mtls.Callers{Who: "the grouper", Identities: p.Groupers}.Authorize(ctx, method)
+	default:
+		err = status.Errorf(codes.PermissionDenied, "%s: unknown caller kind %q", method, caller)
 	}
-	return nil, status.Errorf(codes.PermissionDenied, "%s: unknown caller kind %q", method, caller)
+	if err != nil {
+		return nil, err
+	}
+	return ctx, nil
 }
 
 // callerOf finds method's rule: its own, else its service's.
@@ -130,11 +127,4 @@ func callerOf(rules map[string]Caller, method string) (Caller, bool) {
 	}
 	c, ok := rules[method[:i+1]]
 	return c, ok
-}
-
-func describe(ids []string) string {
-	if len(ids) == 0 {
-		return "no identity (URI SAN)"
-	}
-	return strings.Join(ids, ", ")
 }

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -330,11 +331,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return r.deleted(ctx, &pod, key, &st)
 	}
 
+	loss := gateLossOf(&pod, st.ungated)
 	switch {
 	case hasDecision && action == admitterv1.Decision_ACTION_DELETE:
 		return r.remove(ctx, &pod, entry.decision, &st)
 	case hasDecision && action == admitterv1.Decision_ACTION_EVICT:
 		return r.evict(ctx, &pod, entry.decision, &st)
+	case loss == gateRemoved:
+		// Even under an admission: the pod runs without the node
+		// selector and tolerations the admission sets.
+		return r.stopUngated(ctx, &pod, &st)
+	case loss == gateReleased:
+		r.countReleased(&pod, &st)
+		return r.reportStarted(ctx, key, entry, singlePodRoles)
 	case !podpatch.HasGate(&pod) || st.ungated:
 		return r.reportStarted(ctx, key, entry, singlePodRoles)
 	case hasDecision && action == admitterv1.Decision_ACTION_ADMIT:
@@ -486,7 +495,7 @@ func (r *Reconciler) evict(ctx context.Context, pod *corev1.Pod, d *admitterv1.D
 	if msg == "" {
 		msg = "workload evicted"
 	}
-	return r.stopPod(ctx, pod, actionEvict, msg, st)
+	return r.stopPod(ctx, pod, r.decidedStop(actionEvict, msg), st)
 }
 
 // remove deletes a pod of a deleted Workload, gated or not: the workload
@@ -499,17 +508,42 @@ func (r *Reconciler) remove(ctx context.Context, pod *corev1.Pod, d *admitterv1.
 	if msg == "" {
 		msg = "the Workload was deleted"
 	}
-	return r.stopPod(ctx, pod, actionDelete, msg, st)
+	return r.stopPod(ctx, pod, r.decidedStop(actionDelete, msg), st)
+}
+
+// stopCause is why sluice stops a pod: the message of the pod's
+// DisruptionTarget condition, the one event that tells the stop, and the
+// counter of such stops.
+type stopCause struct {
+	action    string
+	message   string
+	eventType string
+	reason    string
+	note      string
+	counter   prometheus.Counter
+}
+
+// decidedStop is the cause of a stop the admitter decided (an eviction, a
+// deleted Workload): a Normal Stopped event, counted as an eviction.
+func (r *Reconciler) decidedStop(action, msg string) stopCause {
+	return stopCause{
+		action:    action,
+		message:   msg,
+		eventType: corev1.EventTypeNormal,
+		reason:    ReasonStopped,
+		note:      "Stopped: " + msg,
+		counter:   r.opts.Metrics.PodsEvicted,
+	}
 }
 
 // stopPod deletes pod with one event. A pod that may run gets the
 // DisruptionTarget condition first, so its owner (and anyone reading it)
 // can tell a stop by sluice from a failure.
-func (r *Reconciler) stopPod(ctx context.Context, pod *corev1.Pod, action, msg string, st *podState) (reconcile.Result, error) {
+func (r *Reconciler) stopPod(ctx context.Context, pod *corev1.Pod, cause stopCause, st *podState) (reconcile.Result, error) {
 	target := &corev1.Pod{}
 	target.Namespace, target.Name = pod.Namespace, pod.Name
 	if !podpatch.HasGate(pod) && !disrupted(pod) {
-		cond, err := podpatch.DisruptionTarget(disruptionReason, msg, r.now())
+		cond, err := podpatch.DisruptionTarget(disruptionReason, cause.message, r.now())
 		if err != nil {
 			return reconcile.Result{}, err
 		}
@@ -517,20 +551,20 @@ func (r *Reconciler) stopPod(ctx context.Context, pod *corev1.Pod, action, msg s
 			if apierrors.IsNotFound(err) {
 				return reconcile.Result{}, nil
 			}
-			r.warn(pod, ReasonEvictFailed, action, "marking the pod for eviction failed, retrying: %v", err)
+			r.warn(pod, ReasonEvictFailed, cause.action, "marking the pod for eviction failed, retrying: %v", err)
 			return reconcile.Result{}, fmt.Errorf("mark pod %s/%s disrupted: %w", pod.Namespace, pod.Name, err)
 		}
 		crashpoint.Hit("grouper/disrupt")
 	}
 	uid := pod.UID
 	if err := r.opts.Client.Delete(ctx, target, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
-		r.warn(pod, ReasonEvictFailed, action, "deleting the pod failed, retrying: %v", err)
+		r.warn(pod, ReasonEvictFailed, cause.action, "deleting the pod failed, retrying: %v", err)
 		return reconcile.Result{}, fmt.Errorf("delete pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	crashpoint.Hit("grouper/delete")
 	st.evicted = true
-	r.opts.Metrics.PodsEvicted.Inc()
-	r.opts.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, ReasonStopped, action, "Stopped: %s", msg)
+	cause.counter.Inc()
+	r.opts.Recorder.Eventf(pod, nil, cause.eventType, cause.reason, cause.action, "%s", cause.note)
 	return reconcile.Result{}, nil
 }
 

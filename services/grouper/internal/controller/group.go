@@ -151,6 +151,7 @@ func (r *Reconciler) groupMember(ctx context.Context, pod *corev1.Pod, key workl
 	}
 	ended := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 	neverRan := pod.DeletionTimestamp != nil && (podpatch.HasGate(pod) || pod.Spec.NodeName == "")
+	loss := gateLossOf(pod, st.ungated)
 
 	switch {
 	case hasDecision && (action == admitterv1.Decision_ACTION_DELETE || action == admitterv1.Decision_ACTION_EVICT) && (ended || neverRan):
@@ -169,6 +170,11 @@ func (r *Reconciler) groupMember(ctx context.Context, pod *corev1.Pod, key workl
 		return r.evict(ctx, pod, d, st)
 	case ended || neverRan:
 		return r.groupProgress(ctx, pod, key, entry, hasDecision && action == admitterv1.Decision_ACTION_ADMIT)
+	case loss == gateRemoved:
+		return r.stopUngated(ctx, pod, st)
+	case loss == gateReleased:
+		r.countReleased(pod, st)
+		return r.reportStarted(ctx, key, entry, groupRoles)
 	case pod.DeletionTimestamp != nil || !podpatch.HasGate(pod) || st.ungated:
 		return r.reportStarted(ctx, key, entry, groupRoles)
 	case hasDecision && action == admitterv1.Decision_ACTION_ADMIT:

@@ -104,6 +104,9 @@ type podState struct {
 	reported bool
 	// evicted: the pod was deleted for an eviction.
 	evicted bool
+	// released: the pod was found released by someone else (gate and
+	// finalizer removed together) and counted.
+	released bool
 	// warned: a Warning event for a problem that only a change of the pod
 	// can fix was already emitted.
 	warned bool

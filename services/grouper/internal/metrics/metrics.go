@@ -15,6 +15,12 @@ const (
 	ResultError    = "error"
 )
 
+// What became of a pod someone else ungated, as metric label values.
+const (
+	ResultStopped  = "stopped"
+	ResultReleased = "released"
+)
+
 // Metrics are the grouper's counters and histograms.
 type Metrics struct {
 	// Submissions counts SubmitWorkload calls by result (created,
@@ -43,6 +49,11 @@ type Metrics struct {
 	PodsEvicted prometheus.Counter
 	// FinalizersRemoved counts pods released from sluice's finalizer.
 	FinalizersRemoved prometheus.Counter
+	// UngatedWithoutAdmission counts live managed pods found without
+	// sluice's gate that sluice's own ungate patch did not remove, by
+	// result: stopped (sluice's finalizer was still on them) or released
+	// (the finalizer went with the gate: left alone).
+	UngatedWithoutAdmission *prometheus.CounterVec
 	// PodGroups counts the scheduler PodGroups the grouper made sure of
 	// for KEP-976 groups, by result (created, existing, earlier, foreign,
 	// error).
@@ -99,6 +110,15 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Pods released from sluice's finalizer.",
 		}),
 	}
+	m.UngatedWithoutAdmission = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_grouper_pods_ungated_without_admission_total",
+		Help: "Live managed pods found ungated by someone other than sluice, by result (stopped: sluice's finalizer was still on them; released: the finalizer went too, left alone).",
+	}, []string{"result"})
+	// Both series exist from the start, so an alert on a rise sees the
+	// first one.
+	for _, result := range []string{ResultStopped, ResultReleased} {
+		m.UngatedWithoutAdmission.WithLabelValues(result)
+	}
 	m.PodGroups = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_grouper_podgroups_total",
 		Help: "Scheduler PodGroups ensured for pod groups before ungating, by result (created; existing: this run's was there; earlier: an earlier run's is used until it goes; foreign: one sluice did not create is used as it is; error).",
@@ -106,6 +126,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	for _, c := range []prometheus.Collector{
 		m.Submissions, m.Reports, m.PodsUngated, m.UngateErrors, m.DecisionToUngate, m.AdmissionToUngate,
 		m.AlreadyUngated, m.Decisions, m.StreamConnects, m.PodsEvicted, m.FinalizersRemoved, m.PodGroups,
+		m.UngatedWithoutAdmission,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register grouper metrics: %w", err)

@@ -136,7 +136,7 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 		return err
 	}
 	server := webhook.NewServer(webhook.Options{Host: host, Port: cfg.WebhookPort, CertDir: cfg.CertDir})
-	server.Register(handler.MutatePath, &admission.Webhook{Handler: mutator})
+	server.Register(handler.MutatePath, mutator.Webhook())
 	server.Register(handler.ValidatePath, &admission.Webhook{Handler: validator})
 
 	kube, err := client.New(cfg.REST, client.Options{})

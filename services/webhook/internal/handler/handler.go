@@ -105,11 +105,17 @@ func (h *Mutator) Handle(ctx context.Context, req admission.Request) admission.R
 	if done != nil {
 		return *done
 	}
+	// A reinvocation (another mutating webhook changed the pod after ours)
+	// finds the pod marked by the first invocation: its trace context stays
+	// as it is, and the patch only restores marks another webhook may have
+	// removed.
+	reinvoked := markedEarlier(ctx, pod)
 	// CREATE is validated here rather than by the validating webhook: one
 	// round trip per pod instead of two. The mutating webhook is reinvoked
 	// when a later mutating webhook changes the pod, so the final object is
-	// still validated.
-	errs, err := validateCreate(ctx, h.lookup, pod)
+	// still validated. Only here can sluice's own trace context be told from
+	// one the user wrote.
+	errs, err := validateCreate(ctx, h.lookup, pod, reinvoked)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
@@ -124,12 +130,8 @@ func (h *Mutator) Handle(ctx context.Context, req admission.Request) admission.R
 		return admission.Allowed("pod names no queue")
 	}
 
-	// A reinvocation (another mutating webhook changed the pod after ours)
-	// finds the pod already marked: its trace context stays as it is, and
-	// the patch only restores marks another webhook may have removed.
-	marked := alreadyMarked(pod)
 	traceparent := pod.Annotations[podkeys.TraceparentAnnotation]
-	if !marked || traceparent == "" {
+	if !reinvoked {
 		if traceparent, err = h.startTrace(ctx, req, pod, decision); err != nil {
 			return admission.Errored(http.StatusInternalServerError, err)
 		}
@@ -145,10 +147,10 @@ func (h *Mutator) Handle(ctx context.Context, req admission.Request) admission.R
 		}
 		ops = append(ops, link...)
 	}
-	if !marked && (req.DryRun == nil || !*req.DryRun) {
+	if !reinvoked && (req.DryRun == nil || !*req.DryRun) {
 		h.metrics.PodGated()
 	}
-	logf.FromContext(ctx).V(2).Info("gating pod", "namespace", req.Namespace, "queue", decision.Queue, "defaulted", decision.Defaulted, "reinvoked", marked)
+	logf.FromContext(ctx).V(2).Info("gating pod", "namespace", req.Namespace, "queue", decision.Queue, "defaulted", decision.Defaulted, "reinvoked", reinvoked)
 	return admission.Patched("", ops...)
 }
 
@@ -174,19 +176,57 @@ func (h *Mutator) gangLink(ctx context.Context, pod *corev1.Pod) ([]jsonpatch.Js
 	return link, nil
 }
 
-// alreadyMarked tells whether sluice's mutation was applied to the pod in an
-// earlier invocation for the same request. The managed label is the mark:
-// validation allows no value but the one sluice sets, and unlike the gate or
-// the finalizer no other controller has reason to remove it.
-func alreadyMarked(pod *corev1.Pod) bool {
-	return pod.Labels[podkeys.ManagedLabel] == podkeys.ManagedLabelValue
+// markedEarlier tells whether an earlier invocation of this webhook for the
+// same request marked the pod, i.e. this call is a reinvocation. A user can
+// write any key, so the pod must carry every mark the first invocation
+// always leaves and no other webhook has reason to remove: a queue, the
+// managed label, a role hash and a well-formed trace context. When the API
+// server sent the request's trace context (ctx, see Webhook), the stamped
+// one must belong to that trace too, which a user cannot forge beyond
+// choosing the trace they send with the request themselves. The gate and
+// the finalizer are no marks: another webhook may remove them, and the
+// patch restores them.
+func markedEarlier(ctx context.Context, pod *corev1.Pod) bool {
+	_, queued := pod.Labels[podkeys.QueueNameLabel]
+	if !queued || pod.Labels[podkeys.ManagedLabel] != podkeys.ManagedLabelValue || pod.Annotations[podkeys.RoleHashAnnotation] == "" {
+		return false
+	}
+	stamped := parseTraceparent(pod.Annotations[podkeys.TraceparentAnnotation])
+	if !stamped.IsValid() {
+		return false
+	}
+	request := trace.SpanContextFromContext(ctx)
+	return !request.IsValid() || request.TraceID() == stamped.TraceID()
+}
+
+// parseTraceparent reads a W3C trace context; it is invalid when the text
+// is not one.
+func parseTraceparent(text string) trace.SpanContext {
+	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{traceparentKey: text})
+	return trace.SpanContextFromContext(ctx)
+}
+
+// Webhook returns the Mutator as an admission webhook to serve. Each request
+// carries in its context the W3C trace context of the HTTP request that
+// delivered it, which kube-apiserver sets to the create request's trace:
+// its own span's where its tracing is configured, the client's otherwise.
+// controller-runtime hands the handler the HTTP request's own context,
+// which holds no trace.
+func (h *Mutator) Webhook() *admission.Webhook {
+	return &admission.Webhook{Handler: h, WithContextFunc: h.requestTraceContext}
+}
+
+// requestTraceContext adds the trace context of r's headers to ctx.
+func (h *Mutator) requestTraceContext(ctx context.Context, r *http.Request) context.Context {
+	return h.propagator.Extract(ctx, propagation.HeaderCarrier(r.Header))
 }
 
 // startTrace starts the span that roots the pod's trace and returns its W3C
-// trace context. A pod that already carries a trace context (a framework
-// creating pods inside its own trace) continues it. When tracing is off the
-// pod still gets a fresh, unsampled trace context, so every service can
-// correlate the workload's logs by one trace ID.
+// trace context. The span continues the trace of the admission request when
+// ctx carries one (see Webhook), and starts a new trace otherwise. When
+// tracing is off the pod still gets a trace context (the request's, or a
+// fresh unsampled one), so every service can correlate the workload's logs
+// by one trace ID.
 func (h *Mutator) startTrace(ctx context.Context, req admission.Request, pod *corev1.Pod, d mutate.Decision) (string, error) {
 	opts := []trace.SpanStartOption{
 		trace.WithSpanKind(trace.SpanKindServer),
@@ -195,11 +235,6 @@ func (h *Mutator) startTrace(ctx context.Context, req admission.Request, pod *co
 			attribute.String("k8s.pod.name", podName(pod)),
 			attribute.String("sluice.queue", d.Queue),
 		),
-	}
-	if parent := pod.Annotations[podkeys.TraceparentAnnotation]; parent != "" {
-		ctx = h.propagator.Extract(ctx, propagation.MapCarrier{traceparentKey: parent})
-	} else {
-		opts = append(opts, trace.WithNewRoot())
 	}
 	ctx, span := h.tracer.Start(ctx, SpanName, opts...)
 	defer span.End()
@@ -262,8 +297,10 @@ func (h *Validator) Handle(ctx context.Context, req admission.Request) admission
 	}
 	var errs field.ErrorList
 	if req.Operation == admissionv1.Create {
+		// The pod has passed sluice's mutating webhook, which stamps the
+		// trace context; any other sluice.dev/ key is the user's.
 		var err error
-		if errs, err = validateCreate(ctx, h.lookup, pod); err != nil {
+		if errs, err = validateCreate(ctx, h.lookup, pod, true); err != nil {
 			return admission.Errored(http.StatusInternalServerError, err)
 		}
 	} else {
@@ -280,9 +317,10 @@ func (h *Validator) Handle(ctx context.Context, req admission.Request) admission
 }
 
 // validateCreate judges a new pod's keys and, for a worker of a declared
-// group, whether its group has room for it.
-func validateCreate(ctx context.Context, l Lookup, pod *corev1.Pod) (field.ErrorList, error) {
-	if errs := validate.Create(pod); len(errs) > 0 {
+// group, whether its group has room for it. traceStamped allows the
+// sluice.dev/ trace context (see validate.SluiceKeys).
+func validateCreate(ctx context.Context, l Lookup, pod *corev1.Pod, traceStamped bool) (field.ErrorList, error) {
+	if errs := append(validate.Create(pod), validate.SluiceKeys(pod, traceStamped)...); len(errs) > 0 {
 		return errs, nil
 	}
 	group, inGroup := pod.Labels[podkeys.PodGroupNameLabel]

@@ -1,10 +1,13 @@
 package handler
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -23,6 +26,7 @@ import (
 
 	jsonpatchapply "github.com/evanphx/json-patch/v5"
 	"github.com/sluice-dev/sluice/pkg/podkeys"
+	"github.com/sluice-dev/sluice/pkg/rolehash"
 	"github.com/sluice-dev/sluice/services/webhook/internal/metrics"
 	"github.com/sluice-dev/sluice/services/webhook/internal/validate"
 	"gomodules.xyz/jsonpatch/v2"
@@ -131,7 +135,6 @@ func patchedAnnotation(resp admission.Response, key string) string {
 func TestMutator(t *testing.T) {
 	tp := sdktrace.NewTracerProvider()
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	const parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 	lookup := stubLookup{unmanaged: map[string]bool{"kube-system": true}, defaultQueues: map[string]bool{"with-default": true}}
 	queued := map[string]string{podkeys.QueueNameLabel: "q"}
 
@@ -143,17 +146,12 @@ func TestMutator(t *testing.T) {
 		op          admissionv1.Operation
 		wantPatched bool
 		wantCode    int32
-		wantTraceID string
 	}{
 		{name: "queued pod", pod: testPod("team", queued, nil), wantPatched: true},
 		{name: "default queue", pod: testPod("with-default", nil, nil), wantPatched: true},
 		{name: "no queue", pod: testPod("team", nil, nil)},
 		{name: "unmanaged namespace", pod: testPod("kube-system", queued, nil)},
 		{name: "update is ignored", pod: testPod("team", queued, nil), op: admissionv1.Update},
-		{
-			name: "caller's trace continues", pod: testPod("team", queued, map[string]string{podkeys.TraceparentAnnotation: parent}),
-			wantPatched: true, wantTraceID: "0af7651916cd43dd8448eb211c80319c",
-		},
 		{name: "tracing off still stamps a trace", tracer: noop.NewTracerProvider().Tracer("t"), pod: testPod("team", queued, nil), wantPatched: true},
 		{name: "lookup failure fails closed", lookup: stubLookup{err: errors.New("boom")}, pod: testPod("team", queued, nil), wantCode: http.StatusInternalServerError},
 	}
@@ -198,19 +196,107 @@ func TestMutator(t *testing.T) {
 				return
 			}
 			got := patchedAnnotation(resp, podkeys.TraceparentAnnotation)
-			sc := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": got})
-			span := trace.SpanContextFromContext(sc)
-			if !span.IsValid() {
+			if !parseTraceparent(got).IsValid() {
 				t.Fatalf("traceparent %q is not a valid W3C trace context", got)
-			}
-			if tc.wantTraceID != "" && span.TraceID().String() != tc.wantTraceID {
-				t.Errorf("trace id = %s, want the caller's %s", span.TraceID(), tc.wantTraceID)
-			}
-			if got == parent {
-				t.Errorf("traceparent %q reuses the caller's span instead of starting %s", got, SpanName)
 			}
 		})
 	}
+}
+
+// The pod's trace continues the trace context of the HTTP request that
+// delivers the admission review, the create request's as kube-apiserver
+// sends it; without one the pod roots a trace of its own. The request
+// goes through the webhook as the service serves it.
+func TestMutatorContinuesTheRequestTrace(t *testing.T) {
+	const (
+		requestTrace = "0af7651916cd43dd8448eb211c80319c"
+		requestSpan  = "b7ad6b7169203331"
+		header       = "00-" + requestTrace + "-" + requestSpan + "-01"
+	)
+	tp := sdktrace.NewTracerProvider()
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	tests := []struct {
+		name      string
+		tracer    trace.Tracer
+		header    string // the traceparent header of the HTTP request
+		wantTrace string // empty: a new trace
+		// wantRequestSpan: the pod's trace context names the request's
+		// span, as the webhook records no span of its own.
+		wantRequestSpan bool
+	}{
+		{name: "request trace, tracing on", tracer: tp.Tracer("t"), header: header, wantTrace: requestTrace},
+		{name: "request trace, tracing off", tracer: noop.NewTracerProvider().Tracer("t"), header: header, wantTrace: requestTrace, wantRequestSpan: true},
+		{name: "no request trace, tracing on", tracer: tp.Tracer("t")},
+		{name: "no request trace, tracing off", tracer: noop.NewTracerProvider().Tracer("t")},
+		{name: "a malformed header is ignored", tracer: tp.Tracer("t"), header: "00-not-a-trace-01"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h, err := NewMutator(stubLookup{}, mustMetrics(t), tc.tracer, propagation.TraceContext{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := httptest.NewServer(h.Webhook())
+			t.Cleanup(srv.Close)
+
+			pod := testPod("team", map[string]string{podkeys.QueueNameLabel: "q"}, nil)
+			resp := postReview(t, srv.URL, tc.header, request(t, admissionv1.Create, pod, nil))
+			if !resp.Allowed {
+				t.Fatalf("refused: %+v", resp.Result)
+			}
+			final := applyRawPatch(t, pod, resp.Patch)
+			stamped := final.Annotations[podkeys.TraceparentAnnotation]
+			sc := parseTraceparent(stamped)
+			if !sc.IsValid() {
+				t.Fatalf("traceparent %q is not a valid W3C trace context", stamped)
+			}
+			if tc.wantTrace == "" {
+				if sc.TraceID().String() == requestTrace {
+					t.Errorf("trace id = %s, want a new trace", sc.TraceID())
+				}
+				return
+			}
+			if got := sc.TraceID().String(); got != tc.wantTrace {
+				t.Errorf("trace id = %s, want the request's %s", got, tc.wantTrace)
+			}
+			if got := sc.SpanID().String(); (got == requestSpan) != tc.wantRequestSpan {
+				t.Errorf("span id = %s; the request's is %s: want it named %v", got, requestSpan, tc.wantRequestSpan)
+			}
+		})
+	}
+}
+
+// postReview sends req in an AdmissionReview to a webhook server, as
+// kube-apiserver does, with traceparent as the HTTP request's trace
+// context when not empty, and returns the response.
+func postReview(t *testing.T, url, traceparent string, req admission.Request) admissionv1.AdmissionResponse {
+	t.Helper()
+	review := admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request:  &req.AdmissionRequest,
+	}
+	body, err := json.Marshal(review)
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpReq, err := http.NewRequestWithContext(context.Background(), http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpReq.Header.Set("Content-Type", "application/json")
+	if traceparent != "" {
+		httpReq.Header.Set("traceparent", traceparent)
+	}
+	httpResp, err := http.DefaultClient.Do(httpReq)
+	if err != nil {
+		t.Fatalf("post admission review: %v", err)
+	}
+	defer httpResp.Body.Close()
+	var out admissionv1.AdmissionReview
+	if err := json.NewDecoder(httpResp.Body).Decode(&out); err != nil || out.Response == nil {
+		t.Fatalf("decode admission response (HTTP %d): %v", httpResp.StatusCode, err)
+	}
+	return *out.Response
 }
 
 func TestMutatorStartsNewTraces(t *testing.T) {
@@ -262,6 +348,15 @@ func TestValidator(t *testing.T) {
 			pod:         running(testPod("team", map[string]string{podkeys.QueueNameLabel: "a"}, nil)),
 			wantMessage: `Pod "p" is invalid: metadata.labels[kueue.x-k8s.io/managed]: Forbidden: ` + validate.DetailManagedRemoved,
 			wantReason:  "Forbidden:managed",
+		},
+		{
+			// The validating webhook sees a pod after sluice's mutating
+			// one stamped its trace context: only that key is sluice's.
+			name: "create with sluice.dev/ keys", op: admissionv1.Create,
+			pod: testPod("team", map[string]string{podkeys.QueueNameLabel: "q"},
+				map[string]string{podkeys.TraceparentAnnotation: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", podkeys.WorkloadAnnotation: "w"}),
+			wantMessage: `Pod "p" is invalid: metadata.annotations[sluice.dev/workload]: Forbidden: ` + validate.DetailSluiceKey,
+			wantReason:  "Forbidden:sluice.dev",
 		},
 		{name: "delete is not judged", op: admissionv1.Delete, pod: testPod("team", map[string]string{podkeys.ManagedLabel: "no"}, nil), wantAllowed: true},
 	}
@@ -416,13 +511,15 @@ func TestMutatorValidatesCreate(t *testing.T) {
 
 // A reinvocation (another mutating webhook changed the pod after sluice's)
 // validates the final pod again and restores only the marks that are
-// missing: nothing is added twice, and the role hash and trace context stay
-// as the first invocation set them.
+// missing: nothing is added twice, the trace context stays as the first
+// invocation stamped it, and the role hash is that of the final spec.
 func TestMutatorReinvocation(t *testing.T) {
-	const caller = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	const requestTrace = "0af7651916cd43dd8448eb211c80319c"
 	tests := []struct {
-		name        string
-		annotations map[string]string
+		name string
+		// requestTrace is the trace of the create request, sent by the API
+		// server with both calls (each from a span of its own).
+		requestTrace string
 		// change is what another mutating webhook does after sluice's.
 		change      func(p *corev1.Pod)
 		wantMessage string // non-empty: the reinvocation refuses the pod
@@ -449,7 +546,7 @@ func TestMutatorReinvocation(t *testing.T) {
 				p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}
 			},
 		},
-		{name: "caller's trace", annotations: map[string]string{podkeys.TraceparentAnnotation: caller}, change: func(*corev1.Pod) {}},
+		{name: "inside the create request's trace", requestTrace: requestTrace, change: func(p *corev1.Pod) { p.Labels["team"] = "x" }},
 		{
 			name:        "another webhook breaks a rule",
 			change:      func(p *corev1.Pod) { p.Labels[podkeys.PodGroupNameLabel] = "g" },
@@ -465,15 +562,21 @@ func TestMutatorReinvocation(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			pod := testPod("team", map[string]string{podkeys.QueueNameLabel: "q"}, tc.annotations)
-			first := h.Handle(context.Background(), request(t, admissionv1.Create, pod, nil))
+			call := func(span string) context.Context {
+				if tc.requestTrace == "" {
+					return context.Background()
+				}
+				return requestContext("00-" + tc.requestTrace + "-" + span + "-01")
+			}
+			pod := testPod("team", map[string]string{podkeys.QueueNameLabel: "q"}, nil)
+			first := h.Handle(call("1111111111111111"), request(t, admissionv1.Create, pod, nil))
 			if !first.Allowed || len(first.Patches) == 0 {
 				t.Fatalf("first invocation = %+v, want a patch", first.AdmissionResponse)
 			}
 			marked := applyPatches(t, pod, first.Patches)
 			tc.change(marked)
 
-			second := h.Handle(context.Background(), request(t, admissionv1.Create, marked, nil))
+			second := h.Handle(call("2222222222222222"), request(t, admissionv1.Create, marked, nil))
 			if tc.wantMessage != "" {
 				if second.Allowed || second.Result == nil || second.Result.Message != tc.wantMessage {
 					t.Fatalf("reinvocation = %+v, want refusal %q", second.AdmissionResponse, tc.wantMessage)
@@ -484,11 +587,16 @@ func TestMutatorReinvocation(t *testing.T) {
 				t.Fatalf("reinvocation refused: %+v", second.Result)
 			}
 			final := applyPatches(t, marked, second.Patches)
-			if again := h.Handle(context.Background(), request(t, admissionv1.Create, final, nil)); len(again.Patches) != 0 {
+			if again := h.Handle(call("3333333333333333"), request(t, admissionv1.Create, final, nil)); len(again.Patches) != 0 {
 				t.Errorf("third invocation patched a fully marked pod: %+v", again.Patches)
 			}
 
 			want := marked.DeepCopy()
+			hash, err := rolehash.Compute(&want.Spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want.Annotations[podkeys.RoleHashAnnotation] = hash
 			want.Labels[podkeys.ManagedLabel] = podkeys.ManagedLabelValue
 			if !slices.Contains(want.Finalizers, podkeys.ManagedFinalizer) {
 				want.Finalizers = append(want.Finalizers, podkeys.ManagedFinalizer)
@@ -499,8 +607,11 @@ func TestMutatorReinvocation(t *testing.T) {
 			if !equality.Semantic.DeepEqual(final, want) {
 				t.Errorf("reinvocation made\n%+v\nwant\n%+v", final, want)
 			}
-			if got, was := final.Annotations[podkeys.TraceparentAnnotation], marked.Annotations[podkeys.TraceparentAnnotation]; got != was || got == caller {
+			if got, was := final.Annotations[podkeys.TraceparentAnnotation], marked.Annotations[podkeys.TraceparentAnnotation]; got != was {
 				t.Errorf("traceparent = %q after reinvocation, want the first invocation's %q", got, was)
+			}
+			if got := parseTraceparent(final.Annotations[podkeys.TraceparentAnnotation]).TraceID().String(); tc.requestTrace != "" && got != tc.requestTrace {
+				t.Errorf("trace id = %s, want the create request's %s", got, tc.requestTrace)
 			}
 			if got := counter(t, reg, "sluice_webhook_pods_gated_total", ""); got != 1 {
 				t.Errorf("pods gated = %v after two invocations for one pod, want 1", got)
@@ -509,13 +620,165 @@ func TestMutatorReinvocation(t *testing.T) {
 	}
 }
 
+// requestContext is the context of an admission request whose HTTP request
+// carried traceparent, as Mutator.Webhook makes it.
+func requestContext(traceparent string) context.Context {
+	return propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": traceparent})
+}
+
+// A new pod may carry no sluice.dev/ key, with one exception: a
+// reinvocation finds the trace context the first invocation stamped, on a
+// pod that carries every mark of that invocation. Each refusal has the
+// documented message (docs/webhook.md), is counted, and patches nothing.
+func TestMutatorRefusesSluiceKeys(t *testing.T) {
+	const (
+		stamped      = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+		sameTrace    = "00-0af7651916cd43dd8448eb211c80319c-1111111111111111-01"
+		otherTrace   = "00-99999999999999999999999999999999-1111111111111111-01"
+		forbidden    = ": Forbidden: only sluice may write keys under sluice.dev/; remove this key"
+		traceRefusal = `Pod "p" is invalid: metadata.annotations[sluice.dev/traceparent]` + forbidden
+	)
+	// marked is a pod with the marks an earlier invocation leaves but the
+	// trace context, less the keys in drop, plus the given keys.
+	marked := func(labels, annotations map[string]string, drop ...string) *corev1.Pod {
+		l := map[string]string{podkeys.QueueNameLabel: "q", podkeys.ManagedLabel: podkeys.ManagedLabelValue}
+		a := map[string]string{podkeys.RoleHashAnnotation: "0123abcd"}
+		maps.Copy(l, labels)
+		maps.Copy(a, annotations)
+		for _, key := range drop {
+			delete(l, key)
+			delete(a, key)
+		}
+		return testPod("team", l, a)
+	}
+	queued := map[string]string{podkeys.QueueNameLabel: "q"}
+	withTrace := func(tp string) map[string]string { return map[string]string{podkeys.TraceparentAnnotation: tp} }
+	tests := []struct {
+		name         string
+		pod          *corev1.Pod
+		requestTrace string // traceparent header of the admission request
+		wantMessage  string // empty: allowed
+		wantRejected float64
+	}{
+		{
+			name:         "a forged workload uid",
+			pod:          testPod("team", queued, map[string]string{podkeys.WorkloadUIDAnnotation: "forged"}),
+			wantMessage:  `Pod "p" is invalid: metadata.annotations[sluice.dev/workload-uid]` + forbidden,
+			wantRejected: 1,
+		},
+		{
+			name:         "a sluice.dev/ label, on a pod sluice does not queue",
+			pod:          testPod("team", map[string]string{"sluice.dev/team": "a"}, nil),
+			wantMessage:  `Pod "p" is invalid: metadata.labels[sluice.dev/team]` + forbidden,
+			wantRejected: 1,
+		},
+		{
+			name: "every key at once, on a pod with the marks of an earlier invocation",
+			pod: marked(map[string]string{"sluice.dev/x": "y"},
+				map[string]string{podkeys.TraceparentAnnotation: stamped, podkeys.WorkloadAnnotation: "w", podkeys.WorkloadUIDAnnotation: "u"}),
+			wantMessage: `Pod "p" is invalid: [metadata.labels[sluice.dev/x]` + forbidden +
+				`, metadata.annotations[sluice.dev/workload]` + forbidden + `, metadata.annotations[sluice.dev/workload-uid]` + forbidden + `]`,
+			wantRejected: 3,
+		},
+		{
+			name:         "a trace context the user wrote to continue their trace",
+			pod:          testPod("team", queued, withTrace(stamped)),
+			wantMessage:  traceRefusal,
+			wantRejected: 1,
+		},
+		{
+			name:         "a trace context with the managed label but no role hash",
+			pod:          marked(nil, withTrace(stamped), podkeys.RoleHashAnnotation),
+			wantMessage:  traceRefusal,
+			wantRejected: 1,
+		},
+		{
+			name:         "a trace context with the other marks but no queue",
+			pod:          marked(nil, withTrace(stamped), podkeys.QueueNameLabel),
+			wantMessage:  traceRefusal,
+			wantRejected: 1,
+		},
+		{
+			name:         "a trace context with a role hash but no managed label",
+			pod:          marked(nil, withTrace(stamped), podkeys.ManagedLabel),
+			wantMessage:  traceRefusal,
+			wantRejected: 1,
+		},
+		{
+			name:         "every mark but a malformed trace context",
+			pod:          marked(nil, withTrace("00-0af7651916cd43dd8448eb211c80319c")),
+			wantMessage:  traceRefusal,
+			wantRejected: 1,
+		},
+		{
+			name:         "every mark, but the trace context is not of the request's trace",
+			pod:          marked(nil, withTrace(otherTrace)),
+			requestTrace: stamped,
+			wantMessage:  traceRefusal,
+			wantRejected: 1,
+		},
+		{name: "a reinvocation inside the request's trace", pod: marked(nil, withTrace(stamped)), requestTrace: sameTrace},
+		{name: "a reinvocation for a request without a trace context", pod: marked(nil, withTrace(stamped))},
+		{
+			name: "keys of other owners under subdomains of sluice.dev",
+			pod:  testPod("team", map[string]string{podkeys.QueueNameLabel: "q", "nodepool.sluice.dev/x": "y"}, map[string]string{"kwok.sluice.dev/run-for": "1s"}),
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m, reg := newMetrics(t)
+			h, err := NewMutator(stubLookup{}, m, noop.NewTracerProvider().Tracer("t"), propagation.TraceContext{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			if tc.requestTrace != "" {
+				ctx = requestContext(tc.requestTrace)
+			}
+			resp := h.Handle(ctx, request(t, admissionv1.Create, tc.pod, nil))
+			if got := counter(t, reg, "sluice_webhook_pods_rejected_total", "Forbidden:sluice.dev"); got != tc.wantRejected {
+				t.Errorf(`pods rejected{reason="Forbidden:sluice.dev"} = %v, want %v`, got, tc.wantRejected)
+			}
+			if tc.wantMessage == "" {
+				if !resp.Allowed {
+					t.Fatalf("refused: %+v", resp.Result)
+				}
+				if tp, ok := tc.pod.Annotations[podkeys.TraceparentAnnotation]; ok {
+					if got := applyPatches(t, tc.pod, resp.Patches).Annotations[podkeys.TraceparentAnnotation]; got != tp {
+						t.Errorf("traceparent = %q after reinvocation, want the stamped %q kept", got, tp)
+					}
+				}
+				return
+			}
+			if resp.Allowed || resp.Result == nil {
+				t.Fatalf("response = %+v, want a refusal", resp.AdmissionResponse)
+			}
+			if resp.Result.Message != tc.wantMessage {
+				t.Errorf("message = %q\nwant      %q", resp.Result.Message, tc.wantMessage)
+			}
+			if resp.Result.Reason != metav1.StatusReasonInvalid || resp.Result.Code != http.StatusUnprocessableEntity {
+				t.Errorf("status = %s/%d, want Invalid/422", resp.Result.Reason, resp.Result.Code)
+			}
+			if len(resp.Patches) != 0 {
+				t.Errorf("a refused pod was patched: %+v", resp.Patches)
+			}
+		})
+	}
+}
+
 func applyPatches(t *testing.T, pod *corev1.Pod, ops []jsonpatch.JsonPatchOperation) *corev1.Pod {
 	t.Helper()
-	doc, err := json.Marshal(pod)
+	raw, err := json.Marshal(ops)
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := json.Marshal(ops)
+	return applyRawPatch(t, pod, raw)
+}
+
+// applyRawPatch applies a JSON patch to pod as the API server does.
+func applyRawPatch(t *testing.T, pod *corev1.Pod, raw []byte) *corev1.Pod {
+	t.Helper()
+	doc, err := json.Marshal(pod)
 	if err != nil {
 		t.Fatal(err)
 	}

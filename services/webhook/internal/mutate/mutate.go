@@ -4,7 +4,8 @@
 // finalizer, scheduling gate, role hash and trace context; and, when gang
 // scheduling is on, the link of a KEP-976 group's pod to the scheduler's
 // PodGroup of its group.
-// The patch only adds what is missing, so it stays small and is empty for a
+// The patch only adds what is missing and replaces what is wrong (a role
+// hash the webhook did not compute), so it stays small and is empty for a
 // pod that already carries every mark.
 package mutate
 
@@ -100,9 +101,12 @@ func Decide(pod *corev1.Pod, defaultExists func() (bool, error)) (Decision, erro
 	return Decision{Queue: DefaultQueue, Defaulted: true}, nil
 }
 
-// Patch returns the JSON patch operations that mark a queued pod. traceparent
-// is the W3C trace context to stamp on the pod (replacing one it carries);
-// empty leaves it out.
+// Patch returns the JSON patch operations that mark a queued pod. The role
+// hash is always the one computed from the pod's spec: pods with equal
+// hashes are booked as one pod set shaped like one of them, so a hash the
+// user chose could book pods of different sizes as copies of one.
+// traceparent is the W3C trace context to stamp on the pod (replacing one
+// it carries); empty leaves it out.
 func Patch(pod *corev1.Pod, d Decision, traceparent string) ([]jsonpatch.JsonPatchOperation, error) {
 	labels := map[string]string{}
 	if d.Defaulted {
@@ -120,11 +124,11 @@ func Patch(pod *corev1.Pod, d Decision, traceparent string) ([]jsonpatch.JsonPat
 	}
 
 	annotations := map[string]string{}
-	if pod.Annotations[podkeys.RoleHashAnnotation] == "" {
-		hash, err := rolehash.Compute(&pod.Spec)
-		if err != nil {
-			return nil, fmt.Errorf("compute role hash: %w", err)
-		}
+	hash, err := rolehash.Compute(&pod.Spec)
+	if err != nil {
+		return nil, fmt.Errorf("compute role hash: %w", err)
+	}
+	if pod.Annotations[podkeys.RoleHashAnnotation] != hash {
 		annotations[podkeys.RoleHashAnnotation] = hash
 	}
 	if traceparent != "" && pod.Annotations[podkeys.TraceparentAnnotation] != traceparent {
@@ -132,8 +136,8 @@ func Patch(pod *corev1.Pod, d Decision, traceparent string) ([]jsonpatch.JsonPat
 	}
 
 	var ops []jsonpatch.JsonPatchOperation
-	ops = append(ops, addToMap("/metadata/labels", pod.Labels, labels)...)
-	ops = append(ops, addToMap("/metadata/annotations", pod.Annotations, annotations)...)
+	ops = append(ops, setInMap("/metadata/labels", pod.Labels, labels)...)
+	ops = append(ops, setInMap("/metadata/annotations", pod.Annotations, annotations)...)
 	if !slices.Contains(pod.Finalizers, podkeys.ManagedFinalizer) {
 		ops = append(ops, addToList("/metadata/finalizers", pod.Finalizers == nil, podkeys.ManagedFinalizer))
 	}
@@ -201,10 +205,10 @@ func GroupRuns(pods []*corev1.Pod) bool {
 	})
 }
 
-// addToMap adds entries to the string map at path. A map that does not exist
-// yet is added whole, since JSON patch cannot add a member to a missing
-// object.
-func addToMap(path string, existing, entries map[string]string) []jsonpatch.JsonPatchOperation {
+// setInMap sets entries in the string map at path: it replaces the value of
+// a key the map has and adds a key it lacks. A map that does not exist yet
+// is added whole, since JSON patch cannot add a member to a missing object.
+func setInMap(path string, existing, entries map[string]string) []jsonpatch.JsonPatchOperation {
 	if len(entries) == 0 {
 		return nil
 	}
@@ -213,7 +217,11 @@ func addToMap(path string, existing, entries map[string]string) []jsonpatch.Json
 	}
 	ops := make([]jsonpatch.JsonPatchOperation, 0, len(entries))
 	for _, k := range slices.Sorted(maps.Keys(entries)) {
-		ops = append(ops, jsonpatch.NewOperation("add", path+"/"+escape(k), entries[k]))
+		op := "add"
+		if _, ok := existing[k]; ok {
+			op = "replace"
+		}
+		ops = append(ops, jsonpatch.NewOperation(op, path+"/"+escape(k), entries[k]))
 	}
 	return ops
 }

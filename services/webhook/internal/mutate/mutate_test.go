@@ -3,6 +3,7 @@ package mutate
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"testing"
 
 	jsonpatchapply "github.com/evanphx/json-patch/v5"
@@ -211,17 +212,31 @@ func TestPatch(t *testing.T) {
 			},
 		},
 		{
-			name: "existing role hash is kept",
+			name: "a role hash the user chose is replaced",
 			pod: func() *corev1.Pod {
 				p := newPod(map[string]string{podkeys.QueueNameLabel: "q"})
-				p.Annotations = map[string]string{podkeys.RoleHashAnnotation: "driver", "note": "x"}
+				p.Annotations = map[string]string{podkeys.RoleHashAnnotation: "aaaaaaaa", "note": "x"}
 				return p
 			},
 			decision: Decision{Queue: "q"},
 			check: func(t *testing.T, got *corev1.Pod) {
-				want := map[string]string{podkeys.RoleHashAnnotation: "driver", "note": "x", podkeys.TraceparentAnnotation: traceparent}
+				want := map[string]string{podkeys.RoleHashAnnotation: hash, "note": "x", podkeys.TraceparentAnnotation: traceparent}
 				if !equality.Semantic.DeepEqual(got.Annotations, want) {
 					t.Errorf("annotations = %v, want %v", got.Annotations, want)
+				}
+			},
+		},
+		{
+			name: "an empty role hash is replaced",
+			pod: func() *corev1.Pod {
+				p := newPod(map[string]string{podkeys.QueueNameLabel: "q"})
+				p.Annotations = map[string]string{podkeys.RoleHashAnnotation: ""}
+				return p
+			},
+			decision: Decision{Queue: "q"},
+			check: func(t *testing.T, got *corev1.Pod) {
+				if h := got.Annotations[podkeys.RoleHashAnnotation]; h != hash {
+					t.Errorf("role hash = %q, want %q", h, hash)
 				}
 			},
 		},
@@ -283,6 +298,48 @@ func TestPatchIsIdempotent(t *testing.T) {
 	}
 }
 
+// The role hash is the webhook's alone: a value the pod carries is
+// replaced by one operation unless it is the computed one, which a
+// reinvocation finds and leaves alone.
+func TestPatchRoleHashOperation(t *testing.T) {
+	hash, err := rolehash.Compute(&newPod(nil).Spec)
+	if err != nil {
+		t.Fatalf("Compute: %v", err)
+	}
+	const path = "/metadata/annotations/kueue.x-k8s.io~1role-hash"
+	tests := []struct {
+		name    string
+		carried map[string]string // the pod's annotations
+		wantOps []string          // operations on path
+	}{
+		{name: "chosen by the user", carried: map[string]string{podkeys.RoleHashAnnotation: "aaaaaaaa"}, wantOps: []string{"replace"}},
+		{name: "missing among other annotations", carried: map[string]string{"note": "x"}, wantOps: []string{"add"}},
+		{name: "the computed one", carried: map[string]string{podkeys.RoleHashAnnotation: hash}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPod(map[string]string{podkeys.QueueNameLabel: "q"})
+			p.Annotations = tc.carried
+			ops, err := Patch(p, Decision{Queue: "q"}, "")
+			if err != nil {
+				t.Fatalf("Patch: %v", err)
+			}
+			var got []string
+			for _, op := range ops {
+				if op.Path == path {
+					got = append(got, op.Operation)
+					if op.Value != hash {
+						t.Errorf("%s %s to %v, want %q", op.Operation, path, op.Value, hash)
+					}
+				}
+			}
+			if !slices.Equal(got, tc.wantOps) {
+				t.Errorf("operations on %s = %v, want %v", path, got, tc.wantOps)
+			}
+		})
+	}
+}
+
 func TestPatchReplacesTraceparent(t *testing.T) {
 	const other = "00-11111111111111111111111111111111-2222222222222222-01"
 	once := apply(t, newPod(map[string]string{podkeys.QueueNameLabel: "q"}), Decision{Queue: "q"})
@@ -290,8 +347,8 @@ func TestPatchReplacesTraceparent(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Patch: %v", err)
 	}
-	if len(ops) != 1 || ops[0].Path != "/metadata/annotations/sluice.dev~1traceparent" || ops[0].Value != other {
-		t.Errorf("patch = %+v, want only the new traceparent", ops)
+	if len(ops) != 1 || ops[0].Operation != "replace" || ops[0].Path != "/metadata/annotations/sluice.dev~1traceparent" || ops[0].Value != other {
+		t.Errorf("patch = %+v, want only the new traceparent replacing the old", ops)
 	}
 }
 

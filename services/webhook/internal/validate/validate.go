@@ -1,6 +1,7 @@
-// Package validate checks the queueing keys a user puts on a pod: the
-// labels and annotations sluice reads to queue and group it. It reports every
-// problem at once as a field.ErrorList naming the key and the rule broken.
+// Package validate checks the keys a user puts on a pod: the labels and
+// annotations sluice reads to queue and group it, and the sluice.dev/ keys
+// only sluice may write. It reports every problem at once as a
+// field.ErrorList naming the key and the rule broken.
 package validate
 
 import (
@@ -29,6 +30,11 @@ var (
 	setsPath       = podgroup.SetsPath
 	retriablePath  = annotationsPath.Key(podkeys.RetriableInGroupAnnotation)
 )
+
+// SluicePrefix is the prefix of sluice's own label and annotation keys. Only
+// this exact prefix is sluice's: subdomains such as nodepool.sluice.dev/
+// belong to whoever writes them (a check provider, a user).
+const SluicePrefix = "sluice.dev/"
 
 // The details below are part of sluice's user-facing contract: they are
 // documented in docs/webhook.md and asserted by the integration test.
@@ -68,6 +74,9 @@ const (
 	DetailRoleImmutable = "cannot change once the pod is created: the group's workload is built from it"
 	// DetailRetriableFinal is the detail when retriable-in-group "false" is changed.
 	DetailRetriableFinal = `once "false", this annotation can be neither removed nor changed`
+	// DetailSluiceKey is the detail when a new pod carries a key under
+	// SluicePrefix that sluice did not write.
+	DetailSluiceKey = "only sluice may write keys under " + SluicePrefix + "; remove this key"
 )
 
 // Create returns what is wrong with the queueing keys of a new pod.
@@ -152,16 +161,54 @@ func Update(old, pod *corev1.Pod) field.ErrorList {
 	return errs
 }
 
+// SluiceKeys returns what is wrong with the sluice.dev/ keys of a new pod:
+// sluice writes none of them at creation but the trace context, so every
+// other one is the user's and refused. The trace context is allowed only
+// when traceStamped says an earlier invocation of sluice's webhook for the
+// same request stamped it (a reinvocation); the caller decides that.
+func SluiceKeys(pod *corev1.Pod, traceStamped bool) field.ErrorList {
+	var errs field.ErrorList
+	for _, key := range sluiceKeys(pod.Labels) {
+		errs = append(errs, field.Forbidden(labelsPath.Key(key), DetailSluiceKey))
+	}
+	for _, key := range sluiceKeys(pod.Annotations) {
+		if key == podkeys.TraceparentAnnotation && traceStamped {
+			continue
+		}
+		errs = append(errs, field.Forbidden(annotationsPath.Key(key), DetailSluiceKey))
+	}
+	return errs
+}
+
+// sluiceKeys returns the keys of m under SluicePrefix, sorted so that
+// messages are stable.
+func sluiceKeys(m map[string]string) []string {
+	var keys []string
+	for key := range m {
+		if strings.HasPrefix(key, SluicePrefix) {
+			keys = append(keys, key)
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
 // Reason names the rule an error breaks, for the rejection metric: the
 // error type and the key, e.g. "Invalid:queue-name". The set is small and
-// fixed, so it is safe as a metric label.
+// fixed, so it is safe as a metric label. Every sluice.dev/ key counts as
+// "sluice.dev": those keys are the user's choice, and naming each would let
+// users grow the metric without bound.
 func Reason(e *field.Error) string {
+	typ := strings.ReplaceAll(string(e.Type), "FieldValue", "")
+	if e.Detail == DetailSluiceKey {
+		return typ + ":" + strings.TrimSuffix(SluicePrefix, "/")
+	}
 	key := e.Field
 	if i := strings.LastIndex(key, "/"); i >= 0 {
 		key = key[i+1:]
 	}
 	key = strings.TrimSuffix(key, "]")
-	return strings.ReplaceAll(string(e.Type), "FieldValue", "") + ":" + key
+	return typ + ":" + key
 }
 
 func subdomain(path *field.Path, value string) field.ErrorList {

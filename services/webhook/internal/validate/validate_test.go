@@ -310,6 +310,75 @@ func TestUpdate(t *testing.T) {
 	}
 }
 
+func TestSluiceKeys(t *testing.T) {
+	const (
+		tp            = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+		traceField    = "metadata.annotations[sluice.dev/traceparent]"
+		uidField      = "metadata.annotations[sluice.dev/workload-uid]"
+		workloadField = "metadata.annotations[sluice.dev/workload]"
+		groupLabel    = "metadata.labels[sluice.dev/pod-group]"
+		otherLabel    = "metadata.labels[sluice.dev/x]"
+		forbidden     = field.ErrorTypeForbidden
+	)
+	tests := []struct {
+		name         string
+		labels       map[string]string
+		annotations  map[string]string
+		traceStamped bool
+		want         []want
+	}{
+		{name: "no keys"},
+		{
+			name:        "keys of other owners, subdomains of sluice.dev included",
+			labels:      map[string]string{"nodepool.sluice.dev/pool": "a", "app": "x", podkeys.QueueNameLabel: "q"},
+			annotations: map[string]string{"kwok.sluice.dev/run-for": "1s", "example.com/sluice.dev/x": "y"},
+		},
+		{
+			name:        "a forged workload uid",
+			annotations: map[string]string{podkeys.WorkloadUIDAnnotation: "forged"},
+			want:        []want{{forbidden, uidField, DetailSluiceKey}},
+		},
+		{
+			name:         "any key but the trace context is refused, stamped or not",
+			labels:       map[string]string{"sluice.dev/x": "y", "sluice.dev/pod-group": "g"},
+			annotations:  map[string]string{podkeys.WorkloadAnnotation: "w", podkeys.WorkloadUIDAnnotation: "u", podkeys.TraceparentAnnotation: tp},
+			traceStamped: true,
+			want: []want{
+				{forbidden, groupLabel, DetailSluiceKey},
+				{forbidden, otherLabel, DetailSluiceKey},
+				{forbidden, workloadField, DetailSluiceKey},
+				{forbidden, uidField, DetailSluiceKey},
+			},
+		},
+		{
+			name:        "a trace context the user wrote",
+			annotations: map[string]string{podkeys.TraceparentAnnotation: tp},
+			want:        []want{{forbidden, traceField, DetailSluiceKey}},
+		},
+		{
+			name:         "a trace context an earlier invocation stamped",
+			annotations:  map[string]string{podkeys.TraceparentAnnotation: tp},
+			traceStamped: true,
+		},
+		{
+			name:         "a trace context as a label is never sluice's",
+			labels:       map[string]string{podkeys.TraceparentAnnotation: "x"},
+			traceStamped: true,
+			want:         []want{{forbidden, "metadata.labels[sluice.dev/traceparent]", DetailSluiceKey}},
+		},
+		{
+			name:        "the bare prefix is sluice's too",
+			annotations: map[string]string{"sluice.dev/": "x"},
+			want:        []want{{forbidden, "metadata.annotations[sluice.dev/]", DetailSluiceKey}},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			check(t, SluiceKeys(pod(tc.labels, tc.annotations), tc.traceStamped), tc.want)
+		})
+	}
+}
+
 func TestReason(t *testing.T) {
 	tests := []struct {
 		err  *field.Error
@@ -318,6 +387,8 @@ func TestReason(t *testing.T) {
 		{field.Required(totalCountPath, ""), "Required:pod-group-total-count"},
 		{field.Invalid(queueNamePath, "x", ""), "Invalid:queue-name"},
 		{field.Forbidden(managedPath, ""), "Forbidden:managed"},
+		{field.Forbidden(annotationsPath.Key(podkeys.WorkloadUIDAnnotation), DetailSluiceKey), "Forbidden:sluice.dev"},
+		{field.Forbidden(labelsPath.Key("sluice.dev/any-name-a-user-picks"), DetailSluiceKey), "Forbidden:sluice.dev"},
 	}
 	for _, tc := range tests {
 		if got := Reason(tc.err); got != tc.want {
