@@ -49,15 +49,25 @@ func crashUngated(t *testing.T, point string) {
 	removeGate(ctx, t, p2)
 	c.waitHit(ctx, t)
 
-	// End state: P2 gone, its workload ended, P1 still running.
+	// End state: P2 gone, and its workload with it (the garbage collector
+	// deletes a single pod's Workload once the pod is gone, so the
+	// workload's end is judged by its history), P1 still running.
 	waitGone(ctx, t, p2)
-	waitWorkload(ctx, t, wl2, "Finished", condIs(sluicev1alpha1.WorkloadFinished, metav1.ConditionTrue, sluicev1alpha1.ReasonFailed))
+	waitGone(ctx, t, wl2)
 	if cur := currentPod(ctx, t, p1); cur.Status.Phase != corev1.PodRunning || cur.DeletionTimestamp != nil {
 		t.Errorf("P1 is %s (deleting: %t), want it running", cur.Status.Phase, cur.DeletionTimestamp != nil)
 	}
 	settle(ctx, t, ns)
 	hist.stop()
 	hist.check(t)
+	finished, ok := first(hist.workloadEvents(wl2.Name), func(e event[*sluicev1alpha1.Workload]) bool {
+		return e.typ != watch.Deleted && isTrue(e.obj, sluicev1alpha1.WorkloadFinished)
+	})
+	if !ok {
+		t.Errorf("P2's workload never Finished")
+	} else if r := condReason(finished.obj, sluicev1alpha1.WorkloadFinished); r != sluicev1alpha1.ReasonFailed {
+		t.Errorf("P2's workload Finished with reason %q, want %q", r, sluicev1alpha1.ReasonFailed)
+	}
 
 	p2Events := hist.podEvents(p2.Name)
 	var marks, deletions int
