@@ -90,6 +90,10 @@ func measureRawThroughWebhook(ctx context.Context, b *testing.B, cs kubernetes.I
 // grouper's own ungates stop at the first match condition, which skips
 // sluice's ServiceAccounts.
 func measureRawThroughPolicy(ctx context.Context, b *testing.B, cs kubernetes.Interface, admin *rest.Config) rawResult {
+	// The workload policy judges a CRD: it must be served first.
+	if err := harness.InstallCRDs(ctx, admin); err != nil {
+		b.Fatal(err)
+	}
 	if err := harness.InstallPolicies(ctx, admin); err != nil {
 		b.Fatal(err)
 	}
