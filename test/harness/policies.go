@@ -25,8 +25,9 @@ var policyManifests = []string{
 	"deploy/user-roles.yaml",
 }
 
-// probeNamespace holds the objects that show the policies are enforced.
-const probeNamespace = "sluice-policy-probe"
+// probeNamespacePrefix names the namespaces that hold the objects that
+// show the policies are enforced.
+const probeNamespacePrefix = "sluice-policy-probe-"
 
 // InstallPolicies applies the policy manifests with cfg (an admin) and
 // waits until the API server enforces them: it compiles a new policy a
@@ -51,16 +52,18 @@ func InstallPolicies(ctx context.Context, cfg *rest.Config) error {
 // polls until a change each policy refuses even to an admin is refused
 // (a dry run, so nothing changes), and removes the objects.
 func waitPoliciesEnforced(ctx context.Context, c client.Client) error {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: probeNamespace}}
-	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating namespace %s: %w", probeNamespace, err)
+	// A namespace of its own each time: an earlier one may still be
+	// terminating.
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: probeNamespacePrefix}}
+	if err := c.Create(ctx, ns); err != nil {
+		return fmt.Errorf("creating a namespace for the policy probes: %w", err)
 	}
 	defer func() { _ = c.Delete(context.WithoutCancel(ctx), ns) }()
 
-	pod := probePod()
-	wl := probeWorkload()
+	pod := probePod(ns.Name)
+	wl := probeWorkload(ns.Name)
 	for _, obj := range []client.Object{pod, wl} {
-		if err := c.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+		if err := c.Create(ctx, obj); err != nil {
 			return fmt.Errorf("creating policy probe %T: %w", obj, err)
 		}
 		defer func() { _ = c.Delete(context.WithoutCancel(ctx), obj) }()
@@ -97,10 +100,10 @@ func waitPoliciesEnforced(ctx context.Context, c client.Client) error {
 // probePod is a pod the pod policy judges: it carries the managed label
 // and a role hash. Another gate than sluice's keeps it off the nodes, and
 // it has no finalizer, so it goes when deleted.
-func probePod() *corev1.Pod {
+func probePod(namespace string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace:   probeNamespace,
+			Namespace:   namespace,
 			Name:        "policy-probe",
 			Labels:      map[string]string{podkeys.ManagedLabel: podkeys.ManagedLabelValue},
 			Annotations: map[string]string{podkeys.RoleHashAnnotation: "ffffffff"},
@@ -113,9 +116,9 @@ func probePod() *corev1.Pod {
 }
 
 // probeWorkload is a Workload the workload policy judges.
-func probeWorkload() *sluicev1alpha1.Workload {
+func probeWorkload(namespace string) *sluicev1alpha1.Workload {
 	return &sluicev1alpha1.Workload{
-		ObjectMeta: metav1.ObjectMeta{Namespace: probeNamespace, Name: "policy-probe"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "policy-probe"},
 		Spec: sluicev1alpha1.WorkloadSpec{
 			QueueName: "probe",
 			PodSets: []sluicev1alpha1.PodSet{{
