@@ -138,14 +138,11 @@ func runBurst(b *testing.B, shape string, envOpts testenv.Options, newPod func(n
 		b.Fatal(err)
 	}
 	rawCPU := newCPUMeter(env, nil)
-	raw := measureRaw(ctx, b, cs, namespace(ctx, b, cs, "raw"), true, nil)
+	raw := measureRaw(ctx, b, cs, namespace(ctx, b, cs, "raw"), true)
 	rawCPUReport := rawCPU.report()
 	hookCPU := newCPUMeter(env, nil)
 	hooked := measureRawThroughWebhook(ctx, b, cs)
 	hookCPUReport := hookCPU.report()
-	policyCPU := newCPUMeter(env, nil)
-	judged := measureRawThroughPolicy(ctx, b, cs, env.Config)
-	policyCPUReport := policyCPU.report()
 
 	opts := harness.Options{BinDir: os.Getenv("SLUICE_SERVICES_BIN")}
 	profileDir := os.Getenv("SLUICE_BENCH_PROFILE_DIR")
@@ -171,8 +168,6 @@ func runBurst(b *testing.B, shape string, envOpts testenv.Options, newPod func(n
 	fmt.Printf("raw API server, no sluice: %s\n", raw)
 	fmt.Printf("raw through a webhook that only adds the gate: %s (%.0f%% of raw)\n",
 		hooked, 100*hooked.pipelinePerSecond/raw.pipelinePerSecond)
-	fmt.Printf("raw on managed pods, every ungate judged by sluice's pod policy: %s (ungate patches at %.0f%% of raw's rate)\n",
-		judged, 100*judged.patchesPerSecond/raw.patchesPerSecond)
 	fmt.Printf("sluice: %.0f pods/s from creation to ungated (%.0f%% of the raw pipeline), %d/%d ungated\n",
 		res.podsPerSecond, 100*res.podsPerSecond/raw.pipelinePerSecond, res.ungated, burst)
 	fmt.Printf("latency creation->ungated: p50 %s  p90 %s  p99 %s\n", res.p50, res.p90, res.p99)
@@ -182,7 +177,6 @@ func runBurst(b *testing.B, shape string, envOpts testenv.Options, newPod func(n
 	fmt.Printf("other requests by resource, per pod: %s\n", res.readsByResource)
 	fmt.Printf("CPU seconds, raw pipeline: %s\n", rawCPUReport)
 	fmt.Printf("CPU seconds, raw through the gating webhook (its server is the benchmark's): %s\n", hookCPUReport)
-	fmt.Printf("CPU seconds, raw on managed pods through sluice's pod policy: %s\n", policyCPUReport)
 	fmt.Printf("CPU seconds, sluice from the burst's start to the last ungate: %s\n", cpuReport)
 }
 

@@ -63,6 +63,12 @@ func (m *cpuMeter) report() string {
 	return fmt.Sprintf("%.1f in all: %s", total, strings.Join(parts, ", "))
 }
 
+// used is the CPU seconds process name used since the meter was made.
+func (m *cpuMeter) used(name string) float64 {
+	now := cpuSeconds(map[string]int{name: m.pids[name]})
+	return now[name] - m.start[name]
+}
+
 // cpuSeconds reads user+system CPU seconds of each process from /proc;
 // processes that cannot be read are left out.
 func cpuSeconds(pids map[string]int) map[string]float64 {

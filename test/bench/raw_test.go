@@ -17,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/sluice-dev/sluice/pkg/podkeys"
 	"github.com/sluice-dev/sluice/test/harness"
@@ -35,8 +34,21 @@ func (r rawResult) String() string {
 // measureRaw creates burst pods in ns and then ungates each with one plain
 // patch: the ceiling sluice is held against. With gated the pods are
 // created with the gate; without, something in the API server's admission
-// (the gating webhook) must add it. labels are put on every pod.
-func measureRaw(ctx context.Context, b *testing.B, cs kubernetes.Interface, ns string, gated bool, labels map[string]string) rawResult {
+// (the gating webhook) must add it.
+func measureRaw(ctx context.Context, b *testing.B, cs kubernetes.Interface, ns string, gated bool) rawResult {
+	names, createDur := createPods(ctx, b, cs, ns, gated, nil)
+	patchDur := ungatePods(ctx, b, cs, ns, names)
+	return rawResult{
+		createsPerSecond:  burst / createDur.Seconds(),
+		patchesPerSecond:  burst / patchDur.Seconds(),
+		pipelinePerSecond: burst / (createDur + patchDur).Seconds(),
+	}
+}
+
+// createPods creates burst pods carrying labels in ns, gated at creation
+// (by the request when gated, else by the API server's admission), and
+// returns their names and how long it took.
+func createPods(ctx context.Context, b *testing.B, cs kubernetes.Interface, ns string, gated bool, labels map[string]string) ([]string, time.Duration) {
 	names := make([]string, burst)
 	for i := range names {
 		names[i] = fmt.Sprintf("raw-%d", i)
@@ -54,19 +66,19 @@ func measureRaw(ctx context.Context, b *testing.B, cs kubernetes.Interface, ns s
 		}
 		return err
 	}, b)
-	createDur := time.Since(start)
+	return names, time.Since(start)
+}
+
+// ungatePods removes the gate from each of the named pods with one patch
+// and returns how long it took.
+func ungatePods(ctx context.Context, b *testing.B, cs kubernetes.Interface, ns string, names []string) time.Duration {
 	ungate := []byte(`{"spec":{"schedulingGates":[{"$patch":"delete","name":"` + podkeys.AdmissionGate + `"}]}}`)
-	start = time.Now()
-	parallel(burst, func(i int) error {
+	start := time.Now()
+	parallel(len(names), func(i int) error {
 		_, err := cs.CoreV1().Pods(ns).Patch(ctx, names[i], types.StrategicMergePatchType, ungate, metav1.PatchOptions{})
 		return err
 	}, b)
-	patchDur := time.Since(start)
-	return rawResult{
-		createsPerSecond:  burst / createDur.Seconds(),
-		patchesPerSecond:  burst / patchDur.Seconds(),
-		pipelinePerSecond: burst / (createDur + patchDur).Seconds(),
-	}
+	return time.Since(start)
 }
 
 // measureRawThroughWebhook is the raw pipeline with the pods gated at
@@ -79,26 +91,7 @@ func measureRawThroughWebhook(ctx context.Context, b *testing.B, cs kubernetes.I
 	ns := namespace(ctx, b, cs, "raw-webhook")
 	unregister := startGatingWebhook(ctx, b, cs, ns)
 	defer unregister()
-	return measureRaw(ctx, b, cs, ns, false, nil)
-}
-
-// measureRawThroughPolicy is the raw pipeline on pods sluice manages
-// (labelled kueue.x-k8s.io/managed=true) with sluice's admission policies
-// in force, ungated by an admin: every ungate is judged in full (match
-// condition, every validation, the authorizer's answer on the permission
-// to release pods). It bounds what the policy costs the ungate path; the
-// grouper's own ungates stop at the first match condition, which skips
-// sluice's ServiceAccounts.
-func measureRawThroughPolicy(ctx context.Context, b *testing.B, cs kubernetes.Interface, admin *rest.Config) rawResult {
-	// The workload policy judges a CRD: it must be served first.
-	if err := harness.InstallCRDs(ctx, admin); err != nil {
-		b.Fatal(err)
-	}
-	if err := harness.InstallPolicies(ctx, admin); err != nil {
-		b.Fatal(err)
-	}
-	ns := namespace(ctx, b, cs, "raw-policy")
-	return measureRaw(ctx, b, cs, ns, true, map[string]string{podkeys.ManagedLabel: podkeys.ManagedLabelValue})
+	return measureRaw(ctx, b, cs, ns, false)
 }
 
 // gatingPatch is the whole mutation of the gating webhook.
