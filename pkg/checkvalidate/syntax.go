@@ -4,19 +4,20 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/sluice-dev/sluice/pkg/podkeys"
 )
 
 // Kubernetes limits on names, label values and prefixes.
 const (
-	maxNameLength        = 63
-	maxPrefixLength      = 253
-	maxLabelValueLength  = 63
-	maxConditionReason   = 1024
-	nameFormatHint       = "alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric"
-	subdomainFormatHint  = "lowercase alphanumerics, '-' or '.', each dot-separated part starting and ending with an alphanumeric"
-	conditionReasonHint  = "letters, digits, '_', ',' or ':', starting with a letter and not ending with ',' or ':'"
-	reservedPrefixSluice = "sluice.dev/"
-	reservedPrefixKueue  = "kueue.x-k8s.io/"
+	maxNameLength       = 63
+	maxPrefixLength     = 253
+	maxLabelValueLength = 63
+	maxConditionReason  = 1024
+	nameFormatHint      = "alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric"
+	subdomainFormatHint = "lowercase alphanumerics, '-' or '.', each dot-separated part starting and ending with an alphanumeric"
+	conditionReasonHint = "letters, digits, '_', ',' or ':', starting with a letter and not ending with ',' or ':'"
+	reservedPrefixKueue = "kueue.x-k8s.io/"
 )
 
 var (
@@ -29,7 +30,7 @@ var (
 // Kueue's pod integration; providers may not add labels or annotations
 // under them.
 func ReservedPrefixes() []string {
-	return []string{reservedPrefixSluice, reservedPrefixKueue}
+	return []string{podkeys.SluicePrefix, reservedPrefixKueue}
 }
 
 // IsReserved reports whether key lies under a reserved prefix. Only the

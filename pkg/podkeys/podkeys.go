@@ -39,6 +39,11 @@ const (
 	// end.
 	ManagedFinalizer = "kueue.x-k8s.io/managed"
 
+	// SluicePrefix is the prefix of sluice's own label and annotation keys,
+	// which only sluice writes. Only this exact prefix is sluice's:
+	// subdomains such as nodepool.sluice.dev/ belong to whoever writes them.
+	SluicePrefix = "sluice.dev/"
+
 	// TraceparentAnnotation carries the W3C trace context the webhook starts
 	// for a pod, so every service continues one trace per workload.
 	TraceparentAnnotation = "sluice.dev/traceparent"

@@ -1,10 +1,8 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -98,32 +96,8 @@ func waitCheckActivity(ctx context.Context, t *testing.T, name, what string, ok 
 // checkCallErrors reads the admitter's count of failed Evaluate calls to
 // the named check with the given gRPC code.
 func checkCallErrors(ctx context.Context, check, code string) (float64, error) {
-	body, err := sluice.Admitter.Metrics(ctx)
-	if err != nil {
-		return 0, err
-	}
-	labels := []string{fmt.Sprintf("check=%q", check), fmt.Sprintf("code=%q", code), `method="Evaluate"`}
-	sc := bufio.NewScanner(strings.NewReader(body))
-	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "sluice_admitter_check_call_errors_total{") {
-			continue
-		}
-		series, value, ok := strings.Cut(line, "} ")
-		if !ok || !containsAll(series, labels...) {
-			continue
-		}
-		n, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-		if err != nil {
-			return 0, fmt.Errorf("admitter metric line %q: %w", line, err)
-		}
-		return n, nil
-	}
-	if err := sc.Err(); err != nil {
-		return 0, fmt.Errorf("reading admitter metrics: %w", err)
-	}
-	return 0, nil
+	return sluice.Admitter.Counter(ctx, "sluice_admitter_check_call_errors_total",
+		map[string]string{"check": check, "code": code, "method": "Evaluate"})
 }
 
 // waitCheckCallErrors waits until the admitter counted at least n failed

@@ -13,7 +13,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -121,7 +120,7 @@ func TestGateIsSluices(t *testing.T) {
 	createAs(ctx, t, alice, first)
 	waitPod(ctx, t, first, "running", running)
 	createAs(ctx, t, alice, second)
-	waitWorkloadOf(ctx, t, second, "pending for quota", pendingForQuota)
+	waitWorkloadOf(ctx, t, second, "pending for quota", waitsForQuota)
 
 	refused(ctx, t, alice, gateMessage,
 		"patch", "pod", "second", "--type=json", "-p", `[{"op":"remove","path":"/spec/schedulingGates/0"}]`)
@@ -177,12 +176,6 @@ func releaseAll(ctx context.Context, t *testing.T, u *harness.User) {
 	}
 }
 
-// pendingForQuota is a workload that waits because its queue has no room.
-func pendingForQuota(w *sluicev1alpha1.Workload) bool {
-	c := meta.FindStatusCondition(w.Status.Conditions, sluicev1alpha1.WorkloadQuotaReserved)
-	return c != nil && c.Status == "False"
-}
-
 // TestRoleHashIsSluices: pods of one group that ask for 1 and 3 cpu and
 // name one role hash of their choice become two pod sets of their true
 // shapes, so a 2-cpu queue does not admit their 4 cpu; and a pod's hash
@@ -214,7 +207,7 @@ func TestRoleHashIsSluices(t *testing.T) {
 	if len(hashes) != 2 || hashes["aaaaaaaa"] {
 		t.Fatalf("the pods' role hashes are %v, want two hashes sluice computed", hashes)
 	}
-	wl := waitWorkloadOf(ctx, t, pods[0], "pending for quota", pendingForQuota)
+	wl := waitWorkloadOf(ctx, t, pods[0], "pending for quota", waitsForQuota)
 	var total resource.Quantity
 	for _, ps := range wl.Spec.PodSets {
 		q := ps.Template.Requests[corev1.ResourceCPU]
@@ -373,7 +366,7 @@ func TestResizeRefused(t *testing.T) {
 	createAs(ctx, t, alice, first)
 	waitPod(ctx, t, first, "running", running)
 	createAs(ctx, t, alice, grows)
-	waitWorkloadOf(ctx, t, grows, "pending for quota", pendingForQuota)
+	waitWorkloadOf(ctx, t, grows, "pending for quota", waitsForQuota)
 	refused(ctx, t, alice, []string{"sluice-managed-pods", "cannot be resized in place"},
 		"patch", "pod", "grows", "--subresource=resize", "--type=merge", "-p",
 		`{"spec":{"containers":[{"name":"main","resources":{"requests":{"cpu":"3"}}}]}}`)

@@ -6,12 +6,9 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -245,23 +242,7 @@ func grouperCounter(ctx context.Context, t *testing.T, name, result string) floa
 }
 
 func readGrouperCounter(ctx context.Context, name, result string) (float64, error) {
-	text, err := sluice.Grouper.Metrics(ctx)
-	if err != nil {
-		return 0, err
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(strings.NewReader(text))
-	if err != nil {
-		return 0, fmt.Errorf("parsing the grouper's metrics: %w", err)
-	}
-	for _, m := range families[name].GetMetric() {
-		for _, l := range m.GetLabel() {
-			if l.GetName() == "result" && l.GetValue() == result {
-				return m.GetCounter().GetValue(), nil
-			}
-		}
-	}
-	return 0, nil
+	return sluice.Grouper.Counter(ctx, name, map[string]string{"result": result})
 }
 
 // waitGrouperCounter waits until the grouper's counter name for result

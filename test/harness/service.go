@@ -14,6 +14,10 @@ import (
 	"syscall"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
 	"github.com/sluice-dev/sluice/test/testenv"
 )
 
@@ -216,6 +220,37 @@ func (s *Service) Metrics(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("fetching %s metrics: status %d", s.Name, code)
 	}
 	return body, nil
+}
+
+// Counter returns the value of the service's counter name in the series
+// whose labels include every one of labels, and 0 while no such series
+// exists (a counter with labels appears at its first increment).
+func (s *Service) Counter(ctx context.Context, name string, labels map[string]string) (float64, error) {
+	text, err := s.Metrics(ctx)
+	if err != nil {
+		return 0, err
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(text))
+	if err != nil {
+		return 0, fmt.Errorf("parsing %s metrics: %w", s.Name, err)
+	}
+	for _, m := range families[name].GetMetric() {
+		if hasLabels(m.GetLabel(), labels) {
+			return m.GetCounter().GetValue(), nil
+		}
+	}
+	return 0, nil
+}
+
+func hasLabels(have []*dto.LabelPair, want map[string]string) bool {
+	found := 0
+	for _, l := range have {
+		if v, ok := want[l.GetName()]; ok && v == l.GetValue() {
+			found++
+		}
+	}
+	return found == len(want)
 }
 
 // Kill ends the process at once with SIGKILL, as a crash would, and waits

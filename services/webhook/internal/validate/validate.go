@@ -31,11 +31,6 @@ var (
 	retriablePath  = annotationsPath.Key(podkeys.RetriableInGroupAnnotation)
 )
 
-// SluicePrefix is the prefix of sluice's own label and annotation keys. Only
-// this exact prefix is sluice's: subdomains such as nodepool.sluice.dev/
-// belong to whoever writes them (a check provider, a user).
-const SluicePrefix = "sluice.dev/"
-
 // The details below are part of sluice's user-facing contract: they are
 // documented in docs/webhook.md and asserted by the integration test.
 const (
@@ -75,8 +70,8 @@ const (
 	// DetailRetriableFinal is the detail when retriable-in-group "false" is changed.
 	DetailRetriableFinal = `once "false", this annotation can be neither removed nor changed`
 	// DetailSluiceKey is the detail when a new pod carries a key under
-	// SluicePrefix that sluice did not write.
-	DetailSluiceKey = "only sluice may write keys under " + SluicePrefix + "; remove this key"
+	// podkeys.SluicePrefix that sluice did not write.
+	DetailSluiceKey = "only sluice may write keys under " + podkeys.SluicePrefix + "; remove this key"
 )
 
 // Create returns what is wrong with the queueing keys of a new pod.
@@ -180,12 +175,12 @@ func SluiceKeys(pod *corev1.Pod, traceStamped bool) field.ErrorList {
 	return errs
 }
 
-// sluiceKeys returns the keys of m under SluicePrefix, sorted so that
+// sluiceKeys returns the keys of m under podkeys.SluicePrefix, sorted so that
 // messages are stable.
 func sluiceKeys(m map[string]string) []string {
 	var keys []string
 	for key := range m {
-		if strings.HasPrefix(key, SluicePrefix) {
+		if strings.HasPrefix(key, podkeys.SluicePrefix) {
 			keys = append(keys, key)
 		}
 	}
@@ -201,7 +196,7 @@ func sluiceKeys(m map[string]string) []string {
 func Reason(e *field.Error) string {
 	typ := strings.ReplaceAll(string(e.Type), "FieldValue", "")
 	if e.Detail == DetailSluiceKey {
-		return typ + ":" + strings.TrimSuffix(SluicePrefix, "/")
+		return typ + ":" + strings.TrimSuffix(podkeys.SluicePrefix, "/")
 	}
 	key := e.Field
 	if i := strings.LastIndex(key, "/"); i >= 0 {
