@@ -53,4 +53,9 @@ const (
 	// may be used again once a run finished, and the pods of the earlier
 	// run must not count in the later one.
 	WorkloadUIDAnnotation = "sluice.dev/workload-uid"
+	// ReservationAnnotation is the id of the quota reservation a pod was
+	// admitted under. A workload evicted and admitted again runs anew: its
+	// pods of the earlier reservation count neither as its pods nor toward
+	// its end.
+	ReservationAnnotation = "sluice.dev/reservation"
 )

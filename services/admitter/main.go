@@ -71,6 +71,9 @@ func run() error {
 	fs.DurationVar(&cfg.WaitForPodsReady.BackoffBase, "requeuing-backoff-base", time.Minute,
 		"wait before the first requeue after a missed default deadline; the n-th waits min(base*2^(n-1), --requeuing-backoff-max)")
 	fs.DurationVar(&cfg.WaitForPodsReady.BackoffMax, "requeuing-backoff-max", time.Hour, "longest wait before a requeue after a missed default deadline")
+	window := app.DefaultPodGroupReplacementWindow
+	fs.DurationVar(&window, "pod-group-replacement-window", app.DefaultPodGroupReplacementWindow,
+		"replacement window of ClusterQueues without their own spec.podGroupReplacementWindow: a pod group that holds quota and has no pod left keeps it this long for its pods to be created again, then its Workload is deleted and the quota given back (0: at once)")
 	var limit int
 	fs.IntVar(&limit, "requeuing-backoff-limit-count", -1,
 		"requeues allowed after missed default deadlines before the workload is deactivated (negative: no limit)")
@@ -80,6 +83,10 @@ func run() error {
 		cfg.WaitForPodsReady.BackoffLimitCount = &n
 	}
 	if err := cfg.WaitForPodsReady.Validate(); err != nil {
+		return err
+	}
+	cfg.PodGroupReplacementWindow = &window
+	if err := cfg.ValidateReplacementWindow(); err != nil {
 		return err
 	}
 	cfg.Namespace = namespace

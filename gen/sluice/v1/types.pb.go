@@ -278,7 +278,9 @@ type PodSet struct {
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// count of pods.
 	Count int32 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
-	// role_hash is the kueue.x-k8s.io/role-hash the pods share.
+	// role_hash is the role hash (kueue.x-k8s.io/role-hash) of the pod the
+	// set was built from, computed from its spec when the set was built: the
+	// set's pods must hash the same to run in it.
 	RoleHash string `protobuf:"bytes,3,opt,name=role_hash,json=roleHash,proto3" json:"role_hash,omitempty"`
 	// requests of one pod, by resource name, as Kubernetes quantities.
 	Requests map[string]string `protobuf:"bytes,4,rep,name=requests,proto3" json:"requests,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`

@@ -69,6 +69,17 @@ type ClusterQueueSpec struct {
 	// whole; unset means the default applies.
 	// +optional
 	WaitForPodsReady *WaitForPodsReady `json:"waitForPodsReady,omitempty"`
+
+	// podGroupReplacementWindow is how long a pod group that holds quota in
+	// this queue may be left without any pod before that quota is given
+	// back. Pods of the group created within the window (a controller
+	// re-creating them) keep its admission; once the window passed with
+	// still no pod, its Workload is deleted and the quota released. Zero
+	// gives the quota back as soon as the group has no pod. Unset means the
+	// admitter's default (--pod-group-replacement-window, 30s unless set).
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="podGroupReplacementWindow must not be negative"
+	PodGroupReplacementWindow *metav1.Duration `json:"podGroupReplacementWindow,omitempty"`
 }
 
 // PodsStartedCondition is what counts as a started pod.

@@ -56,7 +56,9 @@ type PodSet struct {
 // quota is counted from and what admission checks' updates must not
 // contradict.
 type PodSetTemplate struct {
-	// roleHash is the kueue.x-k8s.io/role-hash the set's pods share.
+	// roleHash is the role hash (kueue.x-k8s.io/role-hash) of the pod the
+	// set was built from, as it was then: the set's pods must hash the same
+	// to be ungated in it.
 	// +optional
 	RoleHash string `json:"roleHash,omitempty"`
 
@@ -315,6 +317,10 @@ const (
 	// have not all been replaced, or, after an eviction or deactivation
 	// deleted them, while its pods have not come back; its message says
 	// which are missing. A workload without quota is not queued meanwhile.
+	// A group that holds quota with no pod at all has reason NoPods, and
+	// its lastTransitionTime (set anew whenever the reason becomes NoPods)
+	// opens the replacement window of its ClusterQueue's
+	// podGroupReplacementWindow.
 	WorkloadWaitingForReplacementPods = "WaitingForReplacementPods"
 	// WorkloadPodsReady is True once every pod of an admission with a
 	// start-up deadline started (scheduled or ready, by the ClusterQueue's
@@ -354,8 +360,10 @@ const (
 	ReasonPodsMissing = "PodsMissing"
 	// ReasonAllPodsPresent: every failed pod of a group was replaced.
 	ReasonAllPodsPresent = "AllPodsPresent"
-	// ReasonNoPods: every pod of an evicted or deactivated group is gone;
-	// the group waits for its pods to be created again.
+	// ReasonNoPods: every pod of the group is gone. An evicted or
+	// deactivated group waits for its pods to be created again; a group
+	// that holds quota waits for them until its replacement window ends,
+	// and then its Workload is deleted.
 	ReasonNoPods = "NoPods"
 	// ReasonAdmissionCheck: evicted because a check answered Retry or
 	// Rejected.

@@ -35,6 +35,7 @@ import (
 	"github.com/sluice-dev/sluice/services/admitter/internal/authz"
 	"github.com/sluice-dev/sluice/services/admitter/internal/checks"
 	"github.com/sluice-dev/sluice/services/admitter/internal/controller"
+	"github.com/sluice-dev/sluice/services/admitter/internal/lifecycle"
 	"github.com/sluice-dev/sluice/services/admitter/internal/metrics"
 	"github.com/sluice-dev/sluice/services/admitter/internal/server"
 	"github.com/sluice-dev/sluice/services/admitter/internal/startup"
@@ -51,6 +52,9 @@ const (
 	// ServiceName is the gRPC health service that is SERVING only on the
 	// leader.
 	ServiceName = server.ServiceName
+	// DefaultPodGroupReplacementWindow is the replacement window of pod
+	// groups that hold quota, unless set (see lifecycle.Writer.NoPods).
+	DefaultPodGroupReplacementWindow = lifecycle.DefaultReplacementWindow
 )
 
 // Config is everything the admitter needs to run.
@@ -111,8 +115,21 @@ type Config struct {
 	// their own spec.waitForPodsReady; a zero Timeout sets none.
 	WaitForPodsReady WaitForPodsReady
 
+	// PodGroupReplacementWindow is the replacement window of ClusterQueues
+	// without their own spec.podGroupReplacementWindow: how long a pod
+	// group that holds quota may be without pods before its Workload is
+	// deleted and the quota given back. Nil means
+	// DefaultPodGroupReplacementWindow; zero gives the quota back at once.
+	PodGroupReplacementWindow *time.Duration
+
 	// Ready, if set, is called once the admitter leads and serves.
 	Ready func()
+
+	// WrapClient and WrapCache, if set, wrap the client the control loop
+	// writes with and the cache it watches; tests use them to inject
+	// faults and to hold back events.
+	WrapClient func(client.Client) client.Client
+	WrapCache  func(cache.Cache) cache.Cache
 }
 
 // WaitForPodsReady is the cluster default of the start-up deadline.
@@ -158,6 +175,25 @@ func (w WaitForPodsReady) policy() (startup.Policy, error) {
 		return startup.Policy{}, fmt.Errorf("admitter config: %w", err)
 	}
 	return p, nil
+}
+
+// replacementWindow is cfg's PodGroupReplacementWindow, the default
+// filled in, or an error naming the flag and the rule.
+func (cfg Config) replacementWindow() (time.Duration, error) {
+	if cfg.PodGroupReplacementWindow == nil {
+		return DefaultPodGroupReplacementWindow, nil
+	}
+	if w := *cfg.PodGroupReplacementWindow; w < 0 {
+		return 0, fmt.Errorf("admitter config: --pod-group-replacement-window %s: must not be negative", w)
+	}
+	return *cfg.PodGroupReplacementWindow, nil
+}
+
+// ValidateReplacementWindow refuses a replacement window that cannot be
+// applied, naming the flag and the rule.
+func (cfg Config) ValidateReplacementWindow() error {
+	_, err := cfg.replacementWindow()
+	return err
 }
 
 // serverSecurity returns the gRPC server's transport credentials and
@@ -221,6 +257,10 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	window, err := cfg.replacementWindow()
+	if err != nil {
+		return err
+	}
 	reg := cfg.Registry
 	if reg == nil {
 		reg = ctrlmetrics.Registry
@@ -274,22 +314,30 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 	pool := checks.NewPool(log.WithName("checks"), m, checks.WithSecrets(mgr.GetCache(), cfg.Namespace))
 	defer pool.Close()
 
+	admClient, admCache := client.WithFieldOwner(mgr.GetClient(), controller.FieldOwner), mgr.GetCache()
+	if cfg.WrapClient != nil {
+		admClient = cfg.WrapClient(admClient)
+	}
+	if cfg.WrapCache != nil {
+		admCache = cfg.WrapCache(admCache)
+	}
 	adm := controller.New(controller.Config{
-		Client:           client.WithFieldOwner(mgr.GetClient(), controller.FieldOwner),
-		APIReader:        mgr.GetAPIReader(),
-		Cache:            mgr.GetCache(),
-		Recorder:         mgr.GetEventRecorder(controller.FieldOwner),
-		Stream:           broadcaster,
-		Checks:           pool,
-		Metrics:          m,
-		Log:              log.WithName("controller"),
-		WriteConcurrency: cfg.WriteConcurrency,
-		CheckWorkers:     cfg.CheckWorkers,
-		ReleaseWorkers:   cfg.ReleaseWorkers,
-		StatusInterval:   cfg.StatusInterval,
-		ProbeInterval:    cfg.ProbeInterval,
-		EventInterval:    cfg.EventInterval,
-		StartDefault:     startDefault,
+		Client:            admClient,
+		APIReader:         mgr.GetAPIReader(),
+		Cache:             admCache,
+		Recorder:          mgr.GetEventRecorder(controller.FieldOwner),
+		Stream:            broadcaster,
+		Checks:            pool,
+		Metrics:           m,
+		Log:               log.WithName("controller"),
+		WriteConcurrency:  cfg.WriteConcurrency,
+		CheckWorkers:      cfg.CheckWorkers,
+		ReleaseWorkers:    cfg.ReleaseWorkers,
+		StatusInterval:    cfg.StatusInterval,
+		ProbeInterval:     cfg.ProbeInterval,
+		EventInterval:     cfg.EventInterval,
+		StartDefault:      startDefault,
+		ReplacementWindow: window,
 		OnLeading: func() {
 			grpcSrv.Health.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
 			if cfg.Ready != nil {

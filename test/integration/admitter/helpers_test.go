@@ -45,6 +45,8 @@ type queueOptions struct {
 	checks      []string
 	queueingStr v1alpha1.QueueingStrategy
 	startup     *v1alpha1.WaitForPodsReady
+	// replacementWindow is the queue's podGroupReplacementWindow.
+	replacementWindow *metav1.Duration
 }
 
 func newSetup(ctx context.Context, t *testing.T, o queueOptions) setup {
@@ -79,8 +81,9 @@ func createQueues(ctx context.Context, t *testing.T, o queueOptions) setup {
 	cq := &v1alpha1.ClusterQueue{
 		ObjectMeta: metav1.ObjectMeta{Name: st.cq},
 		Spec: v1alpha1.ClusterQueueSpec{
-			QueueingStrategy: o.queueingStr,
-			WaitForPodsReady: o.startup,
+			QueueingStrategy:          o.queueingStr,
+			WaitForPodsReady:          o.startup,
+			PodGroupReplacementWindow: o.replacementWindow,
 			ResourceGroups: []v1alpha1.ResourceGroup{{
 				CoveredResources: []corev1.ResourceName{corev1.ResourceCPU},
 				Flavors: []v1alpha1.FlavorQuotas{{Name: st.flavor, Resources: []v1alpha1.ResourceQuota{

@@ -102,22 +102,27 @@ func setUp(env *testenv.Env) error {
 }
 
 // startAdmitter runs an admitter in this process, serving gRPC on lis,
-// with short intervals so that status and probes show up quickly.
-func startAdmitter(ctx context.Context, lis net.Listener) (*runningAdmitter, error) {
+// with short intervals so that status and probes show up quickly; opts
+// adjust its config.
+func startAdmitter(ctx context.Context, lis net.Listener, opts ...func(*app.Config)) (*runningAdmitter, error) {
 	runCtx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})
 	r := &runningAdmitter{cancel: cancel, done: make(chan error, 1)}
+	cfg := app.Config{
+		REST:           s.env.Config,
+		GRPCListener:   lis,
+		Registry:       prometheus.NewRegistry(),
+		Gatherer:       prometheus.NewRegistry(),
+		ProbeInterval:  time.Second,
+		StatusInterval: 200 * time.Millisecond,
+		EventInterval:  time.Second,
+		Ready:          func() { close(ready) },
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
 	go func() {
-		r.done <- app.Run(runCtx, s.log, app.Config{
-			REST:           s.env.Config,
-			GRPCListener:   lis,
-			Registry:       prometheus.NewRegistry(),
-			Gatherer:       prometheus.NewRegistry(),
-			ProbeInterval:  time.Second,
-			StatusInterval: 200 * time.Millisecond,
-			EventInterval:  time.Second,
-			Ready:          func() { close(ready) },
-		})
+		r.done <- app.Run(runCtx, s.log, cfg)
 	}()
 	select {
 	case <-ready:
@@ -146,8 +151,9 @@ func (r *runningAdmitter) stop() error {
 }
 
 // restartAdmitter stops the shared admitter and starts a new one on the
-// same gRPC address, as a new leader would come up.
-func restartAdmitter(t *testing.T) {
+// same gRPC address, as a new leader would come up; opts adjust its
+// config.
+func restartAdmitter(t *testing.T, opts ...func(*app.Config)) {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -166,7 +172,7 @@ func restartAdmitter(t *testing.T) {
 			time.Sleep(50 * time.Millisecond) // the old listener is closing
 		}
 	}
-	if s.admitter, err = startAdmitter(ctx, lis); err != nil {
+	if s.admitter, err = startAdmitter(ctx, lis, opts...); err != nil {
 		t.Fatal(err)
 	}
 	if err := waitServing(ctx, s.conn); err != nil {

@@ -126,6 +126,15 @@ func TestClusterQueueSchema(t *testing.T) {
 				RequeuingStrategy: &sluicev1alpha1.RequeuingStrategy{BackoffLimitCount: ptr.To[int32](-1)}}},
 			wantErr: []string{"spec.waitForPodsReady.requeuingStrategy.backoffLimitCount"},
 		},
+		{
+			name: "zero pod group replacement window",
+			spec: sluicev1alpha1.ClusterQueueSpec{ResourceGroups: cpuOnly, PodGroupReplacementWindow: &metav1.Duration{}},
+		},
+		{
+			name:    "negative pod group replacement window",
+			spec:    sluicev1alpha1.ClusterQueueSpec{ResourceGroups: cpuOnly, PodGroupReplacementWindow: &metav1.Duration{Duration: -time.Second}},
+			wantErr: []string{"spec.podGroupReplacementWindow", "podGroupReplacementWindow must not be negative"},
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

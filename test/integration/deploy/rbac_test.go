@@ -96,11 +96,13 @@ var deployGrants = []allowed{
 	row(admitter, system, "", "secrets", "list", "Secret informer of its own namespace: the CA bundles and client certificates AdmissionChecks' spec.tls names"),
 	row(admitter, system, "", "secrets", "watch", "Secret informer: a rotated or fixed Secret applies to the next provider call and re-probes the checks that name it"),
 
+	row(grouper, cluster, "", "pods", "get", "confirms live that a pod the cache shows gated still is, before reporting its workload stopped"),
 	row(grouper, cluster, "", "pods", "list", "managed-pod informer, and a live list before calling a group empty"),
 	row(grouper, cluster, "", "pods", "watch", "managed-pod informer"),
 	row(grouper, cluster, "", "pods", "patch", "removes the scheduling gate, adds and removes the finalizer"),
 	row(grouper, cluster, "", "pods", "delete", "deletes the pods of an evicted or deactivated workload"),
 	row(grouper, cluster, "", "pods/status", "patch", "the DisruptionTarget condition before an eviction"),
+	row(grouper, cluster, "sluice.dev", "workloads", "get", "reads a Workload's pod sets to say why a pod does not fit its pod set"),
 	row(grouper, cluster, "sluice.dev", "workloads", "list", "metadata informer of pod groups' Workloads"),
 	row(grouper, cluster, "sluice.dev", "workloads", "watch", "metadata informer of pod groups' Workloads"),
 	row(grouper, cluster, "scheduling.k8s.io", "podgroups", "get", "reads a group's PodGroup when its create finds the name taken"),

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
@@ -33,13 +35,20 @@ type fakeAdmitter struct {
 	reports      []*admitterv1.ReportProgressRequest
 	reportTries  int
 	blockReports bool // answer ReportProgress with UNAVAILABLE
-	watches      []*admitterv1.WatchAdmissionsRequest
-	epoch        int
-	seq          int
-	inForce      map[string]*admitterv1.Decision
-	queues       map[string]string // the queue each workload waits in
-	updates      []*admitterv1.UpdateWorkloadRequest
-	stream       *fakeStream
+	// holdMissing holds, per workload, the reports that carry missing pods
+	// until the channel is closed.
+	holdMissing map[string]chan struct{}
+	held        int // reports that waited on holdMissing
+	watches     []*admitterv1.WatchAdmissionsRequest
+	epoch       int
+	seq         int
+	inForce     map[string]*admitterv1.Decision
+	queues      map[string]string // the queue each workload waits in
+	updates     []*admitterv1.UpdateWorkloadRequest
+	stream      *fakeStream
+	// noPodsUntil answers, per workload, the next no_pods report with a
+	// replacement window ending then.
+	noPodsUntil map[string]time.Time
 }
 
 // recordedSubmit is one SubmitWorkload call and its trace header.
@@ -123,7 +132,20 @@ func (f *fakeAdmitter) updatesFor(name string) []*admitterv1.UpdateWorkloadReque
 	return out
 }
 
-func (f *fakeAdmitter) ReportProgress(_ context.Context, req *admitterv1.ReportProgressRequest) (*admitterv1.ReportProgressResponse, error) {
+func (f *fakeAdmitter) ReportProgress(ctx context.Context, req *admitterv1.ReportProgressRequest) (*admitterv1.ReportProgressResponse, error) {
+	f.mu.Lock()
+	hold := f.holdMissing[req.GetWorkload().GetName()]
+	f.mu.Unlock()
+	if hold != nil && req.GetMissing() != nil {
+		f.mu.Lock()
+		f.held++
+		f.mu.Unlock()
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.reportTries++
@@ -131,7 +153,22 @@ func (f *fakeAdmitter) ReportProgress(_ context.Context, req *admitterv1.ReportP
 		return nil, status.Error(codes.Unavailable, "reports blocked by the test")
 	}
 	f.reports = append(f.reports, req)
+	if until, ok := f.noPodsUntil[req.GetWorkload().GetName()]; ok && req.GetNoPods() {
+		delete(f.noPodsUntil, req.GetWorkload().GetName())
+		return &admitterv1.ReportProgressResponse{NoPodsUntil: timestamppb.New(until)}, nil
+	}
 	return &admitterv1.ReportProgressResponse{}, nil
+}
+
+// answerNoPodsUntil makes the next no_pods report of workload name be
+// answered with a replacement window that ends at until.
+func (f *fakeAdmitter) answerNoPodsUntil(name string, until time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.noPodsUntil == nil {
+		f.noPodsUntil = map[string]time.Time{}
+	}
+	f.noPodsUntil[name] = until
 }
 
 func (f *fakeAdmitter) WatchAdmissions(req *admitterv1.WatchAdmissionsRequest, srv admitterv1.AdmitterService_WatchAdmissionsServer) error {
@@ -208,6 +245,31 @@ func (f *fakeAdmitter) breakStream(newEpoch bool) {
 		f.stream.close <- status.Error(codes.Unavailable, "stream broken by the test")
 		f.stream = nil
 	}
+}
+
+// holdMissingReports makes reports of workload name that carry missing
+// pods wait until the returned function is called.
+func (f *fakeAdmitter) holdMissingReports(name string) (release func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.holdMissing == nil {
+		f.holdMissing = map[string]chan struct{}{}
+	}
+	ch := make(chan struct{})
+	f.holdMissing[name] = ch
+	return sync.OnceFunc(func() {
+		f.mu.Lock()
+		delete(f.holdMissing, name)
+		f.mu.Unlock()
+		close(ch)
+	})
+}
+
+// heldReports counts the reports that waited on holdMissingReports.
+func (f *fakeAdmitter) heldReports() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.held
 }
 
 func (f *fakeAdmitter) setBlockReports(block bool) {

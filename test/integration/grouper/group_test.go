@@ -10,12 +10,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
 	sluicev1 "github.com/sluice-dev/sluice/gen/sluice/v1"
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
-	"github.com/sluice-dev/sluice/pkg/kube"
 	"github.com/sluice-dev/sluice/pkg/podkeys"
 )
 
@@ -26,14 +24,7 @@ import (
 func TestGroupWithoutPods(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	scheme, err := kube.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	k8s, err := client.New(s.env.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	k8s := s.k8s
 	newWorkload := func(name string, labels map[string]string) *v1alpha1.Workload {
 		wl := &v1alpha1.Workload{
 			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: labels},
@@ -71,19 +62,7 @@ func TestGroupQueueChange(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	const group = "moving-group"
-	var pods []*corev1.Pod
-	for _, name := range []string{"moving-a", "moving-b"} {
-		pod := newPod(name)
-		pod.Labels[podkeys.PodGroupNameLabel] = group
-		pod.Annotations[podkeys.PodGroupTotalCountAnnotation] = "2"
-		pods = append(pods, createPodObject(ctx, t, pod))
-	}
-	waitFor(ctx, t, "the group submitted", func() error {
-		if len(s.admitter.submissionsFor(group)) == 0 {
-			return errors.New("not submitted")
-		}
-		return nil
-	})
+	pods := createSubmittedGroup(ctx, t, group, "moving-a", "moving-b")
 	patch := []byte(`{"metadata":{"labels":{"` + podkeys.QueueNameLabel + `":"other-queue"}}}`)
 	for _, pod := range pods {
 		if _, err := s.cs.CoreV1().Pods(namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
@@ -97,6 +76,26 @@ func TestGroupQueueChange(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// createSubmittedGroup creates one gated pod per name, together group
+// (of as many pods as names), and waits until the grouper submitted it.
+func createSubmittedGroup(ctx context.Context, t *testing.T, group string, names ...string) []*corev1.Pod {
+	t.Helper()
+	var pods []*corev1.Pod
+	for _, name := range names {
+		pod := newPod(name)
+		pod.Labels[podkeys.PodGroupNameLabel] = group
+		pod.Annotations[podkeys.PodGroupTotalCountAnnotation] = fmt.Sprint(len(names))
+		pods = append(pods, createPodObject(ctx, t, pod))
+	}
+	waitFor(ctx, t, "group "+group+" submitted", func() error {
+		if len(s.admitter.submissionsFor(group)) == 0 {
+			return errors.New("not submitted")
+		}
+		return nil
+	})
+	return pods
 }
 
 // declaredPod is a gated pod of declared group "spark" with role; the
@@ -159,7 +158,8 @@ func TestDeclaredGroup(t *testing.T) {
 		return &sluicev1.PodSetInfo{Name: name, NodeSelector: map[string]string{"disk": "ssd", "zone": "a"}}
 	}
 	s.admitter.push(&admitterv1.Decision{Workload: ref, Action: admitterv1.Decision_ACTION_ADMIT, ClusterQueue: "cq", ReservationId: "r1",
-		PodSetInfos: []*sluicev1.PodSetInfo{info("driver"), info("worker")}, PodSetCounts: map[string]int32{"driver": 1, "worker": 2}})
+		PodSetInfos: []*sluicev1.PodSetInfo{info("driver"), info("worker")}, PodSetCounts: map[string]int32{"driver": 1, "worker": 2},
+		PodSetRoleHashes: roleHashes(s.admitter.submissionsFor(group)[0])})
 	for _, p := range []*corev1.Pod{driver, workers[0], workers[1]} {
 		role := p.Labels[podkeys.PodGroupRoleLabel]
 		waitPod(ctx, t, p.Name, "ungated in pod set "+role, func(p *corev1.Pod) error {

@@ -17,7 +17,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sluice-dev/sluice/pkg/kube"
 	"github.com/sluice-dev/sluice/test/harness"
 	"github.com/sluice-dev/sluice/test/testenv"
 )
@@ -29,6 +31,7 @@ const namespace = "grouper-it"
 type suite struct {
 	env      *testenv.Env
 	cs       kubernetes.Interface
+	k8s      client.Client // typed client for sluice's API types
 	admitter *fakeAdmitter
 	grouper  *harness.Service
 	bin      string // the built grouper binary
@@ -66,6 +69,13 @@ func setUp(env *testenv.Env) error {
 		return fmt.Errorf("clientset: %w", err)
 	}
 	s.cs = cs
+	scheme, err := kube.Scheme()
+	if err != nil {
+		return err
+	}
+	if s.k8s, err = client.New(env.Config, client.Options{Scheme: scheme}); err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
 	// The grouper watches group Workloads: their CRD must exist.
 	if err := harness.InstallCRDs(ctx, env.Config); err != nil {
 		return err

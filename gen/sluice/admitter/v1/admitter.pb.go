@@ -83,7 +83,7 @@ func (x WatchAdmissionsResponse_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WatchAdmissionsResponse_Kind.Descriptor instead.
 func (WatchAdmissionsResponse_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{13, 0}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{14, 0}
 }
 
 // Action to take on the pods.
@@ -149,7 +149,7 @@ func (x Decision_Action) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Decision_Action.Descriptor instead.
 func (Decision_Action) EnumDescriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{14, 0}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{15, 0}
 }
 
 // SubmitWorkloadRequest carries the workload to queue.
@@ -274,13 +274,17 @@ type UpdateWorkloadRequest struct {
 	// the queue as it is (a join alone); one of queue_name and join is
 	// required.
 	QueueName string `protobuf:"bytes,2,opt,name=queue_name,json=queueName,proto3" json:"queue_name,omitempty"`
-	// join, when set, asks whether a pod created after its workload may join
-	// one of the workload's pod sets: a worker of a group declared by the
-	// kueue.x-k8s.io/pod-group-sets annotation (KEP-976 Story 3). The
-	// admitter answers from the Workload it holds and writes nothing. It
-	// refuses with FAILED_PRECONDITION, naming the pod set and the rule, a
-	// pod set the workload does not have and a pod that requests more of any
-	// resource than its pod set reserves per pod.
+	// join, when set, asks whether a pod may join one of the workload's pod
+	// sets although it is not shaped like the pod the set was built from
+	// (its role hash differs from the set's): a worker of a group declared by
+	// the kueue.x-k8s.io/pod-group-sets annotation (KEP-976 Story 3), created
+	// after its workload. The admitter answers from the Workload it holds
+	// and writes nothing. It refuses with FAILED_PRECONDITION, naming the pod
+	// set, the field and both values, a pod set the workload does not have,
+	// a pod that requests more of any resource than its pod set reserves per
+	// pod, and, when the join carries scheduling, a pod whose node selector
+	// or tolerations differ from its pod set's or whose priority differs
+	// from the workload's.
 	Join          *PodJoin `protobuf:"bytes,3,opt,name=join,proto3" json:"join,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -347,7 +351,10 @@ type PodJoin struct {
 	PodSet string `protobuf:"bytes,2,opt,name=pod_set,json=podSet,proto3" json:"pod_set,omitempty"`
 	// requests is what the pod reserves, as Kubernetes quantities by
 	// resource name, computed the way sluice.v1.PodSet.requests is.
-	Requests      map[string]string `protobuf:"bytes,3,rep,name=requests,proto3" json:"requests,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Requests map[string]string `protobuf:"bytes,3,rep,name=requests,proto3" json:"requests,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// scheduling is where and at which priority the pod would run. Unset (a
+	// grouper older than this field), only requests are compared.
+	Scheduling    *PodScheduling `protobuf:"bytes,4,opt,name=scheduling,proto3" json:"scheduling,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -403,6 +410,84 @@ func (x *PodJoin) GetRequests() map[string]string {
 	return nil
 }
 
+func (x *PodJoin) GetScheduling() *PodScheduling {
+	if x != nil {
+		return x.Scheduling
+	}
+	return nil
+}
+
+// PodScheduling is what of a pod, beyond its requests, must match the pod
+// set it joins. Affinity is not here: a Workload keeps none to compare it
+// with.
+type PodScheduling struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// node_selector of the pod; it must equal the pod set's.
+	NodeSelector map[string]string `protobuf:"bytes,1,rep,name=node_selector,json=nodeSelector,proto3" json:"node_selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// tolerations of the pod; they must equal the pod set's, in any order,
+	// leaving out on both sides the two NoExecute tolerations the API server
+	// adds to every pod (node.kubernetes.io/not-ready and
+	// node.kubernetes.io/unreachable, for 300 s): a pod set built from a
+	// template has not been through the API server.
+	Tolerations []*v1.Toleration `protobuf:"bytes,2,rep,name=tolerations,proto3" json:"tolerations,omitempty"`
+	// priority of the pod (spec.priority; 0 when unset); it must equal the
+	// workload's.
+	Priority      int32 `protobuf:"varint,3,opt,name=priority,proto3" json:"priority,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PodScheduling) Reset() {
+	*x = PodScheduling{}
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PodScheduling) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PodScheduling) ProtoMessage() {}
+
+func (x *PodScheduling) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PodScheduling.ProtoReflect.Descriptor instead.
+func (*PodScheduling) Descriptor() ([]byte, []int) {
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *PodScheduling) GetNodeSelector() map[string]string {
+	if x != nil {
+		return x.NodeSelector
+	}
+	return nil
+}
+
+func (x *PodScheduling) GetTolerations() []*v1.Toleration {
+	if x != nil {
+		return x.Tolerations
+	}
+	return nil
+}
+
+func (x *PodScheduling) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
 // UpdateWorkloadResponse says what the update did.
 type UpdateWorkloadResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -414,7 +499,7 @@ type UpdateWorkloadResponse struct {
 
 func (x *UpdateWorkloadResponse) Reset() {
 	*x = UpdateWorkloadResponse{}
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[4]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -426,7 +511,7 @@ func (x *UpdateWorkloadResponse) String() string {
 func (*UpdateWorkloadResponse) ProtoMessage() {}
 
 func (x *UpdateWorkloadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[4]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -439,7 +524,7 @@ func (x *UpdateWorkloadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateWorkloadResponse.ProtoReflect.Descriptor instead.
 func (*UpdateWorkloadResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{4}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *UpdateWorkloadResponse) GetChanged() bool {
@@ -454,8 +539,10 @@ type ReportProgressRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// workload the pods belong to.
 	Workload *v1.WorkloadRef `protobuf:"bytes,1,opt,name=workload,proto3" json:"workload,omitempty"`
-	// succeeded_pods counts, per pod set, the pods that succeeded. Counts
-	// only grow; a lower count than already recorded is ignored.
+	// succeeded_pods counts, per pod set, the pods that succeeded under the
+	// reservation named by reservation_id. Counts only grow within one
+	// reservation; a lower count than already recorded is ignored. A new
+	// reservation starts from none.
 	SucceededPods map[string]int32 `protobuf:"bytes,2,rep,name=succeeded_pods,json=succeededPods,proto3" json:"succeeded_pods,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// finish, when set, ends the workload and releases its quota.
 	Finish *Finish `protobuf:"bytes,3,opt,name=finish,proto3" json:"finish,omitempty"`
@@ -472,7 +559,11 @@ type ReportProgressRequest struct {
 	// admitter deletes the workload, unless it waits for its pods to come
 	// back: evicted or deactivated and not finished. Then every pod counts
 	// as missing (WaitingForReplacementPods=True) until the group's pods are
-	// submitted again. Ignored for a workload that is not a pod group's.
+	// submitted again. A group that holds quota gets a replacement window
+	// first (WaitingForReplacementPods=True, reason NoPods; see
+	// ReportProgressResponse.no_pods_until): the workload is deleted only by
+	// a no_pods report made once that window has passed. Ignored for a
+	// workload that is not a pod group's.
 	NoPods bool `protobuf:"varint,6,opt,name=no_pods,json=noPods,proto3" json:"no_pods,omitempty"`
 	// started, when set, counts the admitted pods that started, per pod set.
 	// The grouper sends it for an admission that has a start-up deadline
@@ -480,14 +571,20 @@ type ReportProgressRequest struct {
 	// started. The admitter records that the workload started once every
 	// pod set's count reaches its admitted count, by the ClusterQueue's rule
 	// (scheduled, or ready).
-	Started       *Started `protobuf:"bytes,7,opt,name=started,proto3" json:"started,omitempty"`
+	Started *Started `protobuf:"bytes,7,opt,name=started,proto3" json:"started,omitempty"`
+	// reservation_id is the reservation (Decision.reservation_id) the pods
+	// counted in succeeded_pods, missing and started were admitted under. A
+	// report about another reservation than the workload holds changes
+	// nothing: the pods of an evicted run never count toward the next.
+	// Empty means the current reservation.
+	ReservationId string `protobuf:"bytes,8,opt,name=reservation_id,json=reservationId,proto3" json:"reservation_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReportProgressRequest) Reset() {
 	*x = ReportProgressRequest{}
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[5]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -499,7 +596,7 @@ func (x *ReportProgressRequest) String() string {
 func (*ReportProgressRequest) ProtoMessage() {}
 
 func (x *ReportProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[5]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -512,7 +609,7 @@ func (x *ReportProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressRequest.ProtoReflect.Descriptor instead.
 func (*ReportProgressRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{5}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ReportProgressRequest) GetWorkload() *v1.WorkloadRef {
@@ -564,6 +661,13 @@ func (x *ReportProgressRequest) GetStarted() *Started {
 	return nil
 }
 
+func (x *ReportProgressRequest) GetReservationId() string {
+	if x != nil {
+		return x.ReservationId
+	}
+	return ""
+}
+
 // Started counts started pods per pod set. A pod that succeeded counts as
 // scheduled and ready.
 type Started struct {
@@ -578,7 +682,7 @@ type Started struct {
 
 func (x *Started) Reset() {
 	*x = Started{}
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[6]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -590,7 +694,7 @@ func (x *Started) String() string {
 func (*Started) ProtoMessage() {}
 
 func (x *Started) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[6]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -603,7 +707,7 @@ func (x *Started) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Started.ProtoReflect.Descriptor instead.
 func (*Started) Descriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{6}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Started) GetScheduled() map[string]int32 {
@@ -631,7 +735,7 @@ type Missing struct {
 
 func (x *Missing) Reset() {
 	*x = Missing{}
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[7]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -643,7 +747,7 @@ func (x *Missing) String() string {
 func (*Missing) ProtoMessage() {}
 
 func (x *Missing) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[7]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -656,7 +760,7 @@ func (x *Missing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Missing.ProtoReflect.Descriptor instead.
 func (*Missing) Descriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{7}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Missing) GetPods() map[string]int32 {
@@ -679,7 +783,7 @@ type Stopped struct {
 
 func (x *Stopped) Reset() {
 	*x = Stopped{}
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[8]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -691,7 +795,7 @@ func (x *Stopped) String() string {
 func (*Stopped) ProtoMessage() {}
 
 func (x *Stopped) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[8]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -704,7 +808,7 @@ func (x *Stopped) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stopped.ProtoReflect.Descriptor instead.
 func (*Stopped) Descriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{8}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Stopped) GetReservationId() string {
@@ -727,7 +831,7 @@ type Finish struct {
 
 func (x *Finish) Reset() {
 	*x = Finish{}
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[9]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -739,7 +843,7 @@ func (x *Finish) String() string {
 func (*Finish) ProtoMessage() {}
 
 func (x *Finish) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[9]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -752,7 +856,7 @@ func (x *Finish) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Finish.ProtoReflect.Descriptor instead.
 func (*Finish) Descriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{9}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Finish) GetSucceeded() bool {
@@ -769,16 +873,24 @@ func (x *Finish) GetMessage() string {
 	return ""
 }
 
-// ReportProgressResponse is empty.
+// ReportProgressResponse answers a progress report.
 type ReportProgressResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// no_pods_until answers a no_pods report about a group that holds quota
+	// and whose replacement window is open: until then its pods may be
+	// created again and it keeps its admission. A group still without pods
+	// then is reported with no_pods again, and that report deletes its
+	// workload and gives the quota back. Unset when no window is open (the
+	// workload was deleted, waits for its pods without quota, or the report
+	// was not no_pods).
+	NoPodsUntil   *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=no_pods_until,json=noPodsUntil,proto3" json:"no_pods_until,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReportProgressResponse) Reset() {
 	*x = ReportProgressResponse{}
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[10]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -790,7 +902,7 @@ func (x *ReportProgressResponse) String() string {
 func (*ReportProgressResponse) ProtoMessage() {}
 
 func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[10]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -803,7 +915,14 @@ func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressResponse.ProtoReflect.Descriptor instead.
 func (*ReportProgressResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{10}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ReportProgressResponse) GetNoPodsUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NoPodsUntil
+	}
+	return nil
 }
 
 // WatchAdmissionsRequest opens the decision stream.
@@ -821,7 +940,7 @@ type WatchAdmissionsRequest struct {
 
 func (x *WatchAdmissionsRequest) Reset() {
 	*x = WatchAdmissionsRequest{}
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[11]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -833,7 +952,7 @@ func (x *WatchAdmissionsRequest) String() string {
 func (*WatchAdmissionsRequest) ProtoMessage() {}
 
 func (x *WatchAdmissionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[11]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -846,7 +965,7 @@ func (x *WatchAdmissionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAdmissionsRequest.ProtoReflect.Descriptor instead.
 func (*WatchAdmissionsRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{11}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *WatchAdmissionsRequest) GetResumeRevision() string {
@@ -877,7 +996,7 @@ type Shard struct {
 
 func (x *Shard) Reset() {
 	*x = Shard{}
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[12]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -889,7 +1008,7 @@ func (x *Shard) String() string {
 func (*Shard) ProtoMessage() {}
 
 func (x *Shard) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[12]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -902,7 +1021,7 @@ func (x *Shard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shard.ProtoReflect.Descriptor instead.
 func (*Shard) Descriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{12}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Shard) GetIndex() uint32 {
@@ -934,7 +1053,7 @@ type WatchAdmissionsResponse struct {
 
 func (x *WatchAdmissionsResponse) Reset() {
 	*x = WatchAdmissionsResponse{}
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[13]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -946,7 +1065,7 @@ func (x *WatchAdmissionsResponse) String() string {
 func (*WatchAdmissionsResponse) ProtoMessage() {}
 
 func (x *WatchAdmissionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[13]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -959,7 +1078,7 @@ func (x *WatchAdmissionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAdmissionsResponse.ProtoReflect.Descriptor instead.
 func (*WatchAdmissionsResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{13}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WatchAdmissionsResponse) GetKind() WatchAdmissionsResponse_Kind {
@@ -1017,14 +1136,35 @@ type Decision struct {
 	// (ACTION_ADMIT): unless every admitted pod started by then, the
 	// admitter evicts the workload and requeues it with backoff. The grouper
 	// reports Started counts until every pod started.
-	StartBy       *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=start_by,json=startBy,proto3" json:"start_by,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	StartBy *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=start_by,json=startBy,proto3" json:"start_by,omitempty"`
+	// queue_name is the LocalQueue of the workload (ACTION_ADMIT). A pod
+	// whose kueue.x-k8s.io/queue-name differs is not ungated: it moved to
+	// another queue, and its workload follows it there. Empty from an
+	// admitter older than this field: not checked.
+	QueueName string `protobuf:"bytes,11,opt,name=queue_name,json=queueName,proto3" json:"queue_name,omitempty"`
+	// priority of the workload (ACTION_ADMIT), which its quota was reserved
+	// at. A single pod whose spec.priority (0 when unset) differs is not
+	// ungated; in a group, a pod's priority is part of its role hash (and a
+	// group created beforehand may have roles of several priorities, the
+	// workload taking its first pod's). Unset from an admitter older than
+	// this field: not checked.
+	Priority *int32 `protobuf:"varint,12,opt,name=priority,proto3,oneof" json:"priority,omitempty"`
+	// pod_set_role_hashes is, by pod set name, the role hash of the pod the
+	// set was built from (sluice.v1.PodSet.role_hash; ACTION_ADMIT). A pod
+	// runs in its pod set only if the role hash computed from its spec when
+	// it is ungated is equal (its node selector, tolerations, affinity or
+	// requests may have changed since), or, in a group declared by
+	// pod-group-sets, if the admitter let it join the set
+	// (UpdateWorkloadRequest.join). A set missing here (an older admitter)
+	// is not checked.
+	PodSetRoleHashes map[string]string `protobuf:"bytes,13,rep,name=pod_set_role_hashes,json=podSetRoleHashes,proto3" json:"pod_set_role_hashes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[14]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1036,7 +1176,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[14]
+	mi := &file_sluice_admitter_v1_admitter_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1049,7 +1189,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{14}
+	return file_sluice_admitter_v1_admitter_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Decision) GetWorkload() *v1.WorkloadRef {
@@ -1122,6 +1262,27 @@ func (x *Decision) GetStartBy() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Decision) GetQueueName() string {
+	if x != nil {
+		return x.QueueName
+	}
+	return ""
+}
+
+func (x *Decision) GetPriority() int32 {
+	if x != nil && x.Priority != nil {
+		return *x.Priority
+	}
+	return 0
+}
+
+func (x *Decision) GetPodSetRoleHashes() map[string]string {
+	if x != nil {
+		return x.PodSetRoleHashes
+	}
+	return nil
+}
+
 var File_sluice_admitter_v1_admitter_proto protoreflect.FileDescriptor
 
 const file_sluice_admitter_v1_admitter_proto_rawDesc = "" +
@@ -1138,16 +1299,26 @@ const file_sluice_admitter_v1_admitter_proto_rawDesc = "" +
 	"\bworkload\x18\x01 \x01(\v2\x16.sluice.v1.WorkloadRefR\bworkload\x12\x1d\n" +
 	"\n" +
 	"queue_name\x18\x02 \x01(\tR\tqueueName\x12/\n" +
-	"\x04join\x18\x03 \x01(\v2\x1b.sluice.admitter.v1.PodJoinR\x04join\"\xc1\x01\n" +
+	"\x04join\x18\x03 \x01(\v2\x1b.sluice.admitter.v1.PodJoinR\x04join\"\x84\x02\n" +
 	"\aPodJoin\x12\x19\n" +
 	"\bpod_name\x18\x01 \x01(\tR\apodName\x12\x17\n" +
 	"\apod_set\x18\x02 \x01(\tR\x06podSet\x12E\n" +
-	"\brequests\x18\x03 \x03(\v2).sluice.admitter.v1.PodJoin.RequestsEntryR\brequests\x1a;\n" +
+	"\brequests\x18\x03 \x03(\v2).sluice.admitter.v1.PodJoin.RequestsEntryR\brequests\x12A\n" +
+	"\n" +
+	"scheduling\x18\x04 \x01(\v2!.sluice.admitter.v1.PodSchedulingR\n" +
+	"scheduling\x1a;\n" +
 	"\rRequestsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xff\x01\n" +
+	"\rPodScheduling\x12X\n" +
+	"\rnode_selector\x18\x01 \x03(\v23.sluice.admitter.v1.PodScheduling.NodeSelectorEntryR\fnodeSelector\x127\n" +
+	"\vtolerations\x18\x02 \x03(\v2\x15.sluice.v1.TolerationR\vtolerations\x12\x1a\n" +
+	"\bpriority\x18\x03 \x01(\x05R\bpriority\x1a?\n" +
+	"\x11NodeSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"2\n" +
 	"\x16UpdateWorkloadResponse\x12\x18\n" +
-	"\achanged\x18\x01 \x01(\bR\achanged\"\xe4\x03\n" +
+	"\achanged\x18\x01 \x01(\bR\achanged\"\x8b\x04\n" +
 	"\x15ReportProgressRequest\x122\n" +
 	"\bworkload\x18\x01 \x01(\v2\x16.sluice.v1.WorkloadRefR\bworkload\x12c\n" +
 	"\x0esucceeded_pods\x18\x02 \x03(\v2<.sluice.admitter.v1.ReportProgressRequest.SucceededPodsEntryR\rsucceededPods\x122\n" +
@@ -1155,7 +1326,8 @@ const file_sluice_admitter_v1_admitter_proto_rawDesc = "" +
 	"\astopped\x18\x04 \x01(\v2\x1b.sluice.admitter.v1.StoppedR\astopped\x125\n" +
 	"\amissing\x18\x05 \x01(\v2\x1b.sluice.admitter.v1.MissingR\amissing\x12\x17\n" +
 	"\ano_pods\x18\x06 \x01(\bR\x06noPods\x125\n" +
-	"\astarted\x18\a \x01(\v2\x1b.sluice.admitter.v1.StartedR\astarted\x1a@\n" +
+	"\astarted\x18\a \x01(\v2\x1b.sluice.admitter.v1.StartedR\astarted\x12%\n" +
+	"\x0ereservation_id\x18\b \x01(\tR\rreservationId\x1a@\n" +
 	"\x12SucceededPodsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\x89\x02\n" +
@@ -1178,8 +1350,9 @@ const file_sluice_admitter_v1_admitter_proto_rawDesc = "" +
 	"\x0ereservation_id\x18\x01 \x01(\tR\rreservationId\"@\n" +
 	"\x06Finish\x12\x1c\n" +
 	"\tsucceeded\x18\x01 \x01(\bR\tsucceeded\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\x18\n" +
-	"\x16ReportProgressResponse\"r\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"X\n" +
+	"\x16ReportProgressResponse\x12>\n" +
+	"\rno_pods_until\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\vnoPodsUntil\"r\n" +
 	"\x16WatchAdmissionsRequest\x12'\n" +
 	"\x0fresume_revision\x18\x01 \x01(\tR\x0eresumeRevision\x12/\n" +
 	"\x05shard\x18\x02 \x01(\v2\x19.sluice.admitter.v1.ShardR\x05shard\"3\n" +
@@ -1194,7 +1367,7 @@ const file_sluice_admitter_v1_admitter_proto_rawDesc = "" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rKIND_SNAPSHOT\x10\x01\x12\x15\n" +
 	"\x11KIND_SNAPSHOT_END\x10\x02\x12\x0f\n" +
-	"\vKIND_CHANGE\x10\x03\"\xaf\x05\n" +
+	"\vKIND_CHANGE\x10\x03\"\xa4\a\n" +
 	"\bDecision\x122\n" +
 	"\bworkload\x18\x01 \x01(\v2\x16.sluice.v1.WorkloadRefR\bworkload\x12;\n" +
 	"\x06action\x18\x02 \x01(\x0e2#.sluice.admitter.v1.Decision.ActionR\x06action\x12#\n" +
@@ -1207,16 +1380,24 @@ const file_sluice_admitter_v1_admitter_proto_rawDesc = "" +
 	"admittedAt\x12\x1a\n" +
 	"\bfinished\x18\t \x01(\bR\bfinished\x125\n" +
 	"\bstart_by\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\astartBy\x1a?\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\astartBy\x12\x1d\n" +
+	"\n" +
+	"queue_name\x18\v \x01(\tR\tqueueName\x12\x1f\n" +
+	"\bpriority\x18\f \x01(\x05H\x00R\bpriority\x88\x01\x01\x12a\n" +
+	"\x13pod_set_role_hashes\x18\r \x03(\v22.sluice.admitter.v1.Decision.PodSetRoleHashesEntryR\x10podSetRoleHashes\x1a?\n" +
 	"\x11PodSetCountsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"j\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\x1aC\n" +
+	"\x15PodSetRoleHashesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"j\n" +
 	"\x06Action\x12\x16\n" +
 	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fACTION_ADMIT\x10\x01\x12\x10\n" +
 	"\fACTION_EVICT\x10\x02\x12\x11\n" +
 	"\rACTION_FORGET\x10\x03\x12\x11\n" +
-	"\rACTION_DELETE\x10\x042\xba\x03\n" +
+	"\rACTION_DELETE\x10\x04B\v\n" +
+	"\t_priority2\xba\x03\n" +
 	"\x0fAdmitterService\x12g\n" +
 	"\x0eSubmitWorkload\x12).sluice.admitter.v1.SubmitWorkloadRequest\x1a*.sluice.admitter.v1.SubmitWorkloadResponse\x12g\n" +
 	"\x0eReportProgress\x12).sluice.admitter.v1.ReportProgressRequest\x1a*.sluice.admitter.v1.ReportProgressResponse\x12g\n" +
@@ -1236,7 +1417,7 @@ func file_sluice_admitter_v1_admitter_proto_rawDescGZIP() []byte {
 }
 
 var file_sluice_admitter_v1_admitter_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sluice_admitter_v1_admitter_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_sluice_admitter_v1_admitter_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_sluice_admitter_v1_admitter_proto_goTypes = []any{
 	(WatchAdmissionsResponse_Kind)(0), // 0: sluice.admitter.v1.WatchAdmissionsResponse.Kind
 	(Decision_Action)(0),              // 1: sluice.admitter.v1.Decision.Action
@@ -1244,64 +1425,73 @@ var file_sluice_admitter_v1_admitter_proto_goTypes = []any{
 	(*SubmitWorkloadResponse)(nil),    // 3: sluice.admitter.v1.SubmitWorkloadResponse
 	(*UpdateWorkloadRequest)(nil),     // 4: sluice.admitter.v1.UpdateWorkloadRequest
 	(*PodJoin)(nil),                   // 5: sluice.admitter.v1.PodJoin
-	(*UpdateWorkloadResponse)(nil),    // 6: sluice.admitter.v1.UpdateWorkloadResponse
-	(*ReportProgressRequest)(nil),     // 7: sluice.admitter.v1.ReportProgressRequest
-	(*Started)(nil),                   // 8: sluice.admitter.v1.Started
-	(*Missing)(nil),                   // 9: sluice.admitter.v1.Missing
-	(*Stopped)(nil),                   // 10: sluice.admitter.v1.Stopped
-	(*Finish)(nil),                    // 11: sluice.admitter.v1.Finish
-	(*ReportProgressResponse)(nil),    // 12: sluice.admitter.v1.ReportProgressResponse
-	(*WatchAdmissionsRequest)(nil),    // 13: sluice.admitter.v1.WatchAdmissionsRequest
-	(*Shard)(nil),                     // 14: sluice.admitter.v1.Shard
-	(*WatchAdmissionsResponse)(nil),   // 15: sluice.admitter.v1.WatchAdmissionsResponse
-	(*Decision)(nil),                  // 16: sluice.admitter.v1.Decision
-	nil,                               // 17: sluice.admitter.v1.PodJoin.RequestsEntry
-	nil,                               // 18: sluice.admitter.v1.ReportProgressRequest.SucceededPodsEntry
-	nil,                               // 19: sluice.admitter.v1.Started.ScheduledEntry
-	nil,                               // 20: sluice.admitter.v1.Started.ReadyEntry
-	nil,                               // 21: sluice.admitter.v1.Missing.PodsEntry
-	nil,                               // 22: sluice.admitter.v1.Decision.PodSetCountsEntry
-	(*v1.Workload)(nil),               // 23: sluice.v1.Workload
-	(*v1.WorkloadRef)(nil),            // 24: sluice.v1.WorkloadRef
-	(*v1.PodSetInfo)(nil),             // 25: sluice.v1.PodSetInfo
-	(*timestamppb.Timestamp)(nil),     // 26: google.protobuf.Timestamp
+	(*PodScheduling)(nil),             // 6: sluice.admitter.v1.PodScheduling
+	(*UpdateWorkloadResponse)(nil),    // 7: sluice.admitter.v1.UpdateWorkloadResponse
+	(*ReportProgressRequest)(nil),     // 8: sluice.admitter.v1.ReportProgressRequest
+	(*Started)(nil),                   // 9: sluice.admitter.v1.Started
+	(*Missing)(nil),                   // 10: sluice.admitter.v1.Missing
+	(*Stopped)(nil),                   // 11: sluice.admitter.v1.Stopped
+	(*Finish)(nil),                    // 12: sluice.admitter.v1.Finish
+	(*ReportProgressResponse)(nil),    // 13: sluice.admitter.v1.ReportProgressResponse
+	(*WatchAdmissionsRequest)(nil),    // 14: sluice.admitter.v1.WatchAdmissionsRequest
+	(*Shard)(nil),                     // 15: sluice.admitter.v1.Shard
+	(*WatchAdmissionsResponse)(nil),   // 16: sluice.admitter.v1.WatchAdmissionsResponse
+	(*Decision)(nil),                  // 17: sluice.admitter.v1.Decision
+	nil,                               // 18: sluice.admitter.v1.PodJoin.RequestsEntry
+	nil,                               // 19: sluice.admitter.v1.PodScheduling.NodeSelectorEntry
+	nil,                               // 20: sluice.admitter.v1.ReportProgressRequest.SucceededPodsEntry
+	nil,                               // 21: sluice.admitter.v1.Started.ScheduledEntry
+	nil,                               // 22: sluice.admitter.v1.Started.ReadyEntry
+	nil,                               // 23: sluice.admitter.v1.Missing.PodsEntry
+	nil,                               // 24: sluice.admitter.v1.Decision.PodSetCountsEntry
+	nil,                               // 25: sluice.admitter.v1.Decision.PodSetRoleHashesEntry
+	(*v1.Workload)(nil),               // 26: sluice.v1.Workload
+	(*v1.WorkloadRef)(nil),            // 27: sluice.v1.WorkloadRef
+	(*v1.Toleration)(nil),             // 28: sluice.v1.Toleration
+	(*timestamppb.Timestamp)(nil),     // 29: google.protobuf.Timestamp
+	(*v1.PodSetInfo)(nil),             // 30: sluice.v1.PodSetInfo
 }
 var file_sluice_admitter_v1_admitter_proto_depIdxs = []int32{
-	23, // 0: sluice.admitter.v1.SubmitWorkloadRequest.workload:type_name -> sluice.v1.Workload
-	24, // 1: sluice.admitter.v1.UpdateWorkloadRequest.workload:type_name -> sluice.v1.WorkloadRef
+	26, // 0: sluice.admitter.v1.SubmitWorkloadRequest.workload:type_name -> sluice.v1.Workload
+	27, // 1: sluice.admitter.v1.UpdateWorkloadRequest.workload:type_name -> sluice.v1.WorkloadRef
 	5,  // 2: sluice.admitter.v1.UpdateWorkloadRequest.join:type_name -> sluice.admitter.v1.PodJoin
-	17, // 3: sluice.admitter.v1.PodJoin.requests:type_name -> sluice.admitter.v1.PodJoin.RequestsEntry
-	24, // 4: sluice.admitter.v1.ReportProgressRequest.workload:type_name -> sluice.v1.WorkloadRef
-	18, // 5: sluice.admitter.v1.ReportProgressRequest.succeeded_pods:type_name -> sluice.admitter.v1.ReportProgressRequest.SucceededPodsEntry
-	11, // 6: sluice.admitter.v1.ReportProgressRequest.finish:type_name -> sluice.admitter.v1.Finish
-	10, // 7: sluice.admitter.v1.ReportProgressRequest.stopped:type_name -> sluice.admitter.v1.Stopped
-	9,  // 8: sluice.admitter.v1.ReportProgressRequest.missing:type_name -> sluice.admitter.v1.Missing
-	8,  // 9: sluice.admitter.v1.ReportProgressRequest.started:type_name -> sluice.admitter.v1.Started
-	19, // 10: sluice.admitter.v1.Started.scheduled:type_name -> sluice.admitter.v1.Started.ScheduledEntry
-	20, // 11: sluice.admitter.v1.Started.ready:type_name -> sluice.admitter.v1.Started.ReadyEntry
-	21, // 12: sluice.admitter.v1.Missing.pods:type_name -> sluice.admitter.v1.Missing.PodsEntry
-	14, // 13: sluice.admitter.v1.WatchAdmissionsRequest.shard:type_name -> sluice.admitter.v1.Shard
-	0,  // 14: sluice.admitter.v1.WatchAdmissionsResponse.kind:type_name -> sluice.admitter.v1.WatchAdmissionsResponse.Kind
-	16, // 15: sluice.admitter.v1.WatchAdmissionsResponse.decisions:type_name -> sluice.admitter.v1.Decision
-	24, // 16: sluice.admitter.v1.Decision.workload:type_name -> sluice.v1.WorkloadRef
-	1,  // 17: sluice.admitter.v1.Decision.action:type_name -> sluice.admitter.v1.Decision.Action
-	25, // 18: sluice.admitter.v1.Decision.pod_set_infos:type_name -> sluice.v1.PodSetInfo
-	22, // 19: sluice.admitter.v1.Decision.pod_set_counts:type_name -> sluice.admitter.v1.Decision.PodSetCountsEntry
-	26, // 20: sluice.admitter.v1.Decision.admitted_at:type_name -> google.protobuf.Timestamp
-	26, // 21: sluice.admitter.v1.Decision.start_by:type_name -> google.protobuf.Timestamp
-	2,  // 22: sluice.admitter.v1.AdmitterService.SubmitWorkload:input_type -> sluice.admitter.v1.SubmitWorkloadRequest
-	7,  // 23: sluice.admitter.v1.AdmitterService.ReportProgress:input_type -> sluice.admitter.v1.ReportProgressRequest
-	4,  // 24: sluice.admitter.v1.AdmitterService.UpdateWorkload:input_type -> sluice.admitter.v1.UpdateWorkloadRequest
-	13, // 25: sluice.admitter.v1.AdmitterService.WatchAdmissions:input_type -> sluice.admitter.v1.WatchAdmissionsRequest
-	3,  // 26: sluice.admitter.v1.AdmitterService.SubmitWorkload:output_type -> sluice.admitter.v1.SubmitWorkloadResponse
-	12, // 27: sluice.admitter.v1.AdmitterService.ReportProgress:output_type -> sluice.admitter.v1.ReportProgressResponse
-	6,  // 28: sluice.admitter.v1.AdmitterService.UpdateWorkload:output_type -> sluice.admitter.v1.UpdateWorkloadResponse
-	15, // 29: sluice.admitter.v1.AdmitterService.WatchAdmissions:output_type -> sluice.admitter.v1.WatchAdmissionsResponse
-	26, // [26:30] is the sub-list for method output_type
-	22, // [22:26] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	18, // 3: sluice.admitter.v1.PodJoin.requests:type_name -> sluice.admitter.v1.PodJoin.RequestsEntry
+	6,  // 4: sluice.admitter.v1.PodJoin.scheduling:type_name -> sluice.admitter.v1.PodScheduling
+	19, // 5: sluice.admitter.v1.PodScheduling.node_selector:type_name -> sluice.admitter.v1.PodScheduling.NodeSelectorEntry
+	28, // 6: sluice.admitter.v1.PodScheduling.tolerations:type_name -> sluice.v1.Toleration
+	27, // 7: sluice.admitter.v1.ReportProgressRequest.workload:type_name -> sluice.v1.WorkloadRef
+	20, // 8: sluice.admitter.v1.ReportProgressRequest.succeeded_pods:type_name -> sluice.admitter.v1.ReportProgressRequest.SucceededPodsEntry
+	12, // 9: sluice.admitter.v1.ReportProgressRequest.finish:type_name -> sluice.admitter.v1.Finish
+	11, // 10: sluice.admitter.v1.ReportProgressRequest.stopped:type_name -> sluice.admitter.v1.Stopped
+	10, // 11: sluice.admitter.v1.ReportProgressRequest.missing:type_name -> sluice.admitter.v1.Missing
+	9,  // 12: sluice.admitter.v1.ReportProgressRequest.started:type_name -> sluice.admitter.v1.Started
+	21, // 13: sluice.admitter.v1.Started.scheduled:type_name -> sluice.admitter.v1.Started.ScheduledEntry
+	22, // 14: sluice.admitter.v1.Started.ready:type_name -> sluice.admitter.v1.Started.ReadyEntry
+	23, // 15: sluice.admitter.v1.Missing.pods:type_name -> sluice.admitter.v1.Missing.PodsEntry
+	29, // 16: sluice.admitter.v1.ReportProgressResponse.no_pods_until:type_name -> google.protobuf.Timestamp
+	15, // 17: sluice.admitter.v1.WatchAdmissionsRequest.shard:type_name -> sluice.admitter.v1.Shard
+	0,  // 18: sluice.admitter.v1.WatchAdmissionsResponse.kind:type_name -> sluice.admitter.v1.WatchAdmissionsResponse.Kind
+	17, // 19: sluice.admitter.v1.WatchAdmissionsResponse.decisions:type_name -> sluice.admitter.v1.Decision
+	27, // 20: sluice.admitter.v1.Decision.workload:type_name -> sluice.v1.WorkloadRef
+	1,  // 21: sluice.admitter.v1.Decision.action:type_name -> sluice.admitter.v1.Decision.Action
+	30, // 22: sluice.admitter.v1.Decision.pod_set_infos:type_name -> sluice.v1.PodSetInfo
+	24, // 23: sluice.admitter.v1.Decision.pod_set_counts:type_name -> sluice.admitter.v1.Decision.PodSetCountsEntry
+	29, // 24: sluice.admitter.v1.Decision.admitted_at:type_name -> google.protobuf.Timestamp
+	29, // 25: sluice.admitter.v1.Decision.start_by:type_name -> google.protobuf.Timestamp
+	25, // 26: sluice.admitter.v1.Decision.pod_set_role_hashes:type_name -> sluice.admitter.v1.Decision.PodSetRoleHashesEntry
+	2,  // 27: sluice.admitter.v1.AdmitterService.SubmitWorkload:input_type -> sluice.admitter.v1.SubmitWorkloadRequest
+	8,  // 28: sluice.admitter.v1.AdmitterService.ReportProgress:input_type -> sluice.admitter.v1.ReportProgressRequest
+	4,  // 29: sluice.admitter.v1.AdmitterService.UpdateWorkload:input_type -> sluice.admitter.v1.UpdateWorkloadRequest
+	14, // 30: sluice.admitter.v1.AdmitterService.WatchAdmissions:input_type -> sluice.admitter.v1.WatchAdmissionsRequest
+	3,  // 31: sluice.admitter.v1.AdmitterService.SubmitWorkload:output_type -> sluice.admitter.v1.SubmitWorkloadResponse
+	13, // 32: sluice.admitter.v1.AdmitterService.ReportProgress:output_type -> sluice.admitter.v1.ReportProgressResponse
+	7,  // 33: sluice.admitter.v1.AdmitterService.UpdateWorkload:output_type -> sluice.admitter.v1.UpdateWorkloadResponse
+	16, // 34: sluice.admitter.v1.AdmitterService.WatchAdmissions:output_type -> sluice.admitter.v1.WatchAdmissionsResponse
+	31, // [31:35] is the sub-list for method output_type
+	27, // [27:31] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_sluice_admitter_v1_admitter_proto_init() }
@@ -1309,13 +1499,14 @@ func file_sluice_admitter_v1_admitter_proto_init() {
 	if File_sluice_admitter_v1_admitter_proto != nil {
 		return
 	}
+	file_sluice_admitter_v1_admitter_proto_msgTypes[15].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_admitter_v1_admitter_proto_rawDesc), len(file_sluice_admitter_v1_admitter_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   21,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

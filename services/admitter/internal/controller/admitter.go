@@ -104,6 +104,10 @@ type Config struct {
 	// StartDefault is the start-up deadline of ClusterQueues without
 	// their own waitForPodsReady; its zero value sets none.
 	StartDefault startup.Policy
+	// ReplacementWindow is the replacement window of ClusterQueues without
+	// their own podGroupReplacementWindow (see lifecycle.Writer.NoPods);
+	// zero gives a group's quota back as soon as it has no pod.
+	ReplacementWindow time.Duration
 }
 
 // Admitter is the wiring of the admitter's parts. Create it with New,
@@ -160,7 +164,7 @@ func New(cfg Config) *Admitter {
 		Client: cfg.Client, APIReader: cfg.APIReader, Store: a.store, Locks: locks,
 		Recorder: cfg.Recorder, Metrics: cfg.Metrics, Releases: a.releases,
 		Observe: a.record, Requeue: a.triggerCycle, Reserved: a.reporter.Reserved,
-		StartPolicy: a.policies.get,
+		StartPolicy: a.policies.get, ReplacementWindow: a.replacementWindow,
 	})
 	a.deadlines = deadline.New(deadline.Config{Store: a.store, Writer: a.writer, Policy: a.policies.get})
 	a.phase = checkphase.New(checkphase.Config{
@@ -437,10 +441,10 @@ func (a *Admitter) UpdateQueue(ctx context.Context, key types.NamespacedName, ui
 	return a.writer.UpdateQueue(ctx, key, uid, queue)
 }
 
-// CheckJoin says whether a pod may join pod set podSet of the workload
-// key (see workload.CheckJoin); it writes nothing. A workload of another
+// CheckJoin says whether pod j may join its pod set of the workload key
+// (see workload.CheckJoin); it writes nothing. A workload of another
 // uid than the caller's is stale news: retry once the decisions catch up.
-func (a *Admitter) CheckJoin(ctx context.Context, key types.NamespacedName, uid types.UID, pod, podSet string, requests corev1.ResourceList) error {
+func (a *Admitter) CheckJoin(ctx context.Context, key types.NamespacedName, uid types.UID, j workload.Join) error {
 	if !a.leading.Load() {
 		return ErrNotLeader
 	}
@@ -451,7 +455,7 @@ func (a *Admitter) CheckJoin(ctx context.Context, key types.NamespacedName, uid 
 	if uid != "" && wl.UID != uid {
 		return fmt.Errorf("%w: workload %s is now uid %s, not %s", ErrStale, key, wl.UID, uid)
 	}
-	return workload.CheckJoin(wl, pod, podSet, requests)
+	return workload.CheckJoin(wl, j)
 }
 
 // ReportProgress records what the grouper says of a workload's pods (see
@@ -461,4 +465,14 @@ func (a *Admitter) ReportProgress(ctx context.Context, key types.NamespacedName,
 		return ErrNotLeader
 	}
 	return a.writer.ReportProgress(ctx, key, p)
+}
+
+// NoPods acts on the grouper's word that a pod group has no pod left, and
+// returns the end of the replacement window it keeps open (see
+// lifecycle.Writer.NoPods).
+func (a *Admitter) NoPods(ctx context.Context, key types.NamespacedName, uid types.UID) (time.Time, error) {
+	if !a.leading.Load() {
+		return time.Time{}, ErrNotLeader
+	}
+	return a.writer.NoPods(ctx, key, uid)
 }

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 	"github.com/sluice-dev/sluice/services/admitter/internal/lifecycle"
+	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
 )
 
 // triggerCycle asks for a scheduling cycle; requests made while one is
@@ -38,20 +40,26 @@ func (a *Admitter) triggerCycleAt(t time.Time) {
 }
 
 func (a *Admitter) cycleLoop(ctx context.Context) {
+	// Settling a write whose outcome is unknown outlives the cycle that
+	// made it, but not the loop.
+	var settling sync.WaitGroup
+	defer settling.Wait()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-a.trigger:
 		}
-		a.cycle(ctx)
+		a.cycle(ctx, &settling)
 	}
 }
 
 // cycle runs one scheduling cycle and writes what it decided: the
-// reservations with bounded concurrency (a lost write gives its assumed
-// quota back to the scheduler), and the waiting messages.
-func (a *Admitter) cycle(ctx context.Context) {
+// reservations with bounded concurrency, and the waiting messages. A
+// reservation write that surely did not land gives its assumed quota back
+// to the scheduler; one whose outcome is unknown keeps it assumed while
+// settle finds out, in the background.
+func (a *Admitter) cycle(ctx context.Context, settling *sync.WaitGroup) {
 	start := time.Now()
 	a.syncQueues(ctx)
 	plan := a.sched.Cycle(start)
@@ -63,14 +71,24 @@ func (a *Admitter) cycle(ctx context.Context) {
 	g.SetLimit(a.cfg.WriteConcurrency)
 	for _, r := range plan.Reservations {
 		g.Go(func() error {
-			err := a.writer.Reserve(gctx, r)
-			if err == nil {
-				return nil
-			}
-			a.sched.Unassume(r.Workload)
-			a.triggerCycle()
-			if !errors.Is(err, lifecycle.ErrStale) && !errors.Is(err, lifecycle.ErrMoved) {
-				log.Error(err, "reserve quota", "workload", r.Workload.Namespace+"/"+r.Workload.Name)
+			id := workload.NewReservationID()
+			err := a.writer.Reserve(gctx, r, id)
+			switch {
+			case err == nil:
+			case notWritten(err):
+				a.sched.Unassume(r.Workload)
+				a.triggerCycle()
+				if !errors.Is(err, lifecycle.ErrStale) && !errors.Is(err, lifecycle.ErrMoved) {
+					log.Error(err, "reserve quota", "workload", r.Workload.Namespace+"/"+r.Workload.Name)
+				}
+			default:
+				// The write may have landed, or still land: giving the
+				// quota back before knowing could book it twice.
+				settling.Add(1)
+				go func() {
+					defer settling.Done()
+					a.settle(ctx, r, id, err)
+				}()
 			}
 			return nil
 		})

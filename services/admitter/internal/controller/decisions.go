@@ -55,6 +55,23 @@ func decisionFor(wl *v1alpha1.Workload) *admitterv1.Decision {
 		for _, ps := range wl.Spec.PodSets {
 			d.PodSetCounts[ps.Name] = ps.Count
 		}
+		// What the grouper checks each pod against before ungating it: a
+		// pod changed since its pod set was built, or moved to another
+		// queue, does not run on this admission.
+		d.QueueName = wl.Spec.QueueName
+		d.Priority = new(int32)
+		if wl.Spec.Priority != nil {
+			*d.Priority = *wl.Spec.Priority
+		}
+		for _, ps := range wl.Spec.PodSets {
+			if ps.Template.RoleHash == "" {
+				continue
+			}
+			if d.PodSetRoleHashes == nil {
+				d.PodSetRoleHashes = make(map[string]string, len(wl.Spec.PodSets))
+			}
+			d.PodSetRoleHashes[ps.Name] = ps.Template.RoleHash
+		}
 	default:
 		return nil
 	}

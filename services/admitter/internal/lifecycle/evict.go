@@ -73,7 +73,7 @@ func (w *Writer) Evict(ctx context.Context, orig, updated *v1alpha1.Workload, ev
 }
 
 // Release gives the reservation of updated up in one status write:
-// admission and pod set infos cleared, QuotaReserved=False, Admitted=False
+// admission, pod set infos and reclaimable pods cleared, QuotaReserved=False, Admitted=False
 // and Evicted=True, every non-Pending check reset to Pending (a Retry
 // counts in its retryCount), a Release owed to every check, and the
 // requeue time set. A pod group whose pods the eviction deleted waits
@@ -86,6 +86,9 @@ func (w *Writer) Release(ctx context.Context, orig, updated *v1alpha1.Workload, 
 	releases.Owe(wl, v1alpha1.ReleaseEvicted)
 	wl.Status.Admission = nil
 	wl.Status.PodSetInfos = nil
+	// The run is over: the pods that succeeded in it count toward no later
+	// reservation, which books (and waits for) every pod again.
+	wl.Status.ReclaimablePods = nil
 	workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadQuotaReserved, metav1.ConditionFalse, v1alpha1.ReasonPending,
 		"waiting for quota again after an eviction: "+ev.Message, gen)
 	workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadAdmitted, metav1.ConditionFalse, ev.Reason, ev.Message, gen)

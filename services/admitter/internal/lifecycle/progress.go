@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
@@ -176,6 +175,10 @@ type Progress struct {
 	// UID, when set, must match the workload's: a report about an older
 	// incarnation of the name is ignored.
 	UID types.UID
+	// Reservation, when set, is the reservation the counted pods were
+	// admitted under: counts about another reservation than the workload
+	// holds are ignored (see ofOtherRun).
+	Reservation string
 	// Succeeded counts, per pod set, the pods that succeeded.
 	Succeeded map[string]int32
 	// Finished ends the workload; Succeeded says how, Message why.
@@ -228,14 +231,17 @@ func (w *Writer) reportOnce(ctx context.Context, key types.NamespacedName, p Pro
 		return nil
 	}
 	wl := orig.DeepCopy()
-	recordSucceeded(wl, p.Succeeded)
-	if p.Missing != nil && !workload.IsFinished(wl) {
-		recordMissing(wl, p.Missing)
+	otherRun := ofOtherRun(wl, p.Reservation)
+	if !otherRun {
+		recordSucceeded(wl, p.Succeeded)
+		if p.Missing != nil && !workload.IsFinished(wl) {
+			recordMissing(wl, p.Missing)
+		}
+		if p.Started != nil {
+			w.recordStarted(wl, *p.Started)
+		}
 	}
-	if p.Started != nil {
-		w.recordStarted(wl, *p.Started)
-	}
-	finishing := p.Finished && !workload.IsFinished(wl)
+	finishing := p.Finished && !workload.IsFinished(wl) && !otherRun
 	if finishing {
 		reason, msg := v1alpha1.ReasonFailed, "the workload failed"
 		if p.FinishSucceeded {
@@ -282,44 +288,10 @@ func (w *Writer) stoppedLocked(ctx context.Context, wl *v1alpha1.Workload, reser
 }
 
 // noPods acts on the grouper's word that pod group key (of uid) has no
-// pod left. A group evicted or deactivated before it finished waits for
-// its pods to be created again; any other group is over, and its Workload
-// is deleted (as garbage collection deletes a single pod's with its pod).
-// A finished Workload is retired from the store, so it is read from the
-// API server (StoredOrRead).
+// pod left (see NoPods, which also says when a replacement window ends).
 func (w *Writer) noPods(ctx context.Context, key types.NamespacedName, uid types.UID) error {
-	unlock := w.cfg.Locks.Lock(key)
-	defer unlock()
-	orig, err := w.StoredOrRead(ctx, key)
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if orig.UID != uid {
-		return nil
-	}
-	switch {
-	case workload.PodGroup(orig) == "" || workload.IsDeleting(orig):
-		return nil
-	case !workload.IsFinished(orig) && (!workload.IsActive(orig) || workload.IsEvicting(orig) ||
-		meta.IsStatusConditionTrue(orig.Status.Conditions, v1alpha1.WorkloadWaitingForReplacementPods)):
-		wl := orig.DeepCopy()
-		setNoPods(wl)
-		return w.PatchStatus(ctx, orig, wl, "no-pods")
-	}
-	target := &v1alpha1.Workload{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
-	if err := w.cfg.Client.Delete(ctx, target, client.Preconditions{UID: &uid}); err != nil {
-		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-			return nil // gone already, or another incarnation of the name
-		}
-		return fmt.Errorf("delete workload %s/%s of a group with no pods: %w", orig.Namespace, orig.Name, err)
-	}
-	crashpoint.Hit("admitter/delete-empty-group")
-	w.cfg.Metrics.WorkloadWrites.WithLabelValues("delete-empty-group").Inc()
-	ctrl.LoggerFrom(ctx).V(1).Info("deleted the workload of a pod group with no pods", "workload", orig.Namespace+"/"+orig.Name)
-	return nil
+	_, err := w.NoPods(ctx, key, uid)
+	return err
 }
 
 // setNoPods marks every pod of the group missing, until they are
@@ -355,8 +327,20 @@ func recordMissing(wl *v1alpha1.Workload, missing map[string]int32) {
 	}
 }
 
+// ofOtherRun reports whether a report about the pods of reservation
+// concerns another run than wl's: wl holds a reservation, and not that
+// one. A late report from before an eviction must not count the evicted
+// run's pods toward the next one (their successes, their end). A report
+// that names no reservation, or comes while wl holds none, is about the
+// run at hand.
+func ofOtherRun(wl *v1alpha1.Workload, reservation string) bool {
+	current := workload.ReservationID(wl)
+	return reservation != "" && current != "" && reservation != current
+}
+
 // recordSucceeded raises status.reclaimablePods to the reported counts
-// (never lowers them; capped at the pod set's count).
+// (never lowers them; capped at the pod set's count). They are the
+// current reservation's: Reserve and Release clear them.
 func recordSucceeded(wl *v1alpha1.Workload, succeeded map[string]int32) {
 	for _, ps := range wl.Spec.PodSets {
 		n, ok := succeeded[ps.Name]

@@ -21,11 +21,13 @@ import (
 var ErrMoved = errors.New("the workload changed after the scheduling decision")
 
 // Reserve writes a reservation in one status patch: status.admission with
-// a new reservation id, QuotaReserved=True, a Pending entry per check, and
+// reservation id id, QuotaReserved=True, a Pending entry per check, and
 // — when there are no checks — Admitted=True with the merged pod set infos.
 // A workload whose flavors contradict its pods holds no quota: it is told
-// why and held back for a while instead.
-func (w *Writer) Reserve(ctx context.Context, r scheduler.Reservation) error {
+// why and held back for a while instead. The caller picks id
+// (workload.NewReservationID) so that a write whose outcome is unknown can
+// be recognised once it shows, and written again as the same reservation.
+func (w *Writer) Reserve(ctx context.Context, r scheduler.Reservation, id string) error {
 	unlock := w.cfg.Locks.Lock(workload.Key(r.Workload))
 	defer unlock()
 	orig, ok := w.unchanged(r.Workload)
@@ -37,7 +39,7 @@ func (w *Writer) Reserve(ctx context.Context, r scheduler.Reservation) error {
 	cq := r.ClusterQueue.Name
 	wl.Status.Admission = &v1alpha1.Admission{
 		ClusterQueue:      cq,
-		ReservationID:     workload.NewReservationID(),
+		ReservationID:     id,
 		PodSetAssignments: r.Assignment.PodSets,
 	}
 	gen := wl.Generation
@@ -47,8 +49,10 @@ func (w *Writer) Reserve(ctx context.Context, r scheduler.Reservation) error {
 		workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadEvicted, metav1.ConditionFalse, v1alpha1.ReasonQuotaReserved,
 			"Quota reserved again after the eviction", gen)
 	}
-	// A new reservation starts the pods afresh.
+	// A new reservation starts the pods afresh: none of them started, and
+	// none succeeded in it yet.
 	meta.RemoveStatusCondition(&wl.Status.Conditions, v1alpha1.WorkloadPodsReady)
+	wl.Status.ReclaimablePods = nil
 	wl.Status.AdmissionChecks = pendingChecks(orig, r.Checks, now)
 	wl.Status.PodSetInfos = nil
 	admitted := len(r.Checks) == 0
@@ -72,10 +76,24 @@ func (w *Writer) Reserve(ctx context.Context, r scheduler.Reservation) error {
 	} else {
 		crashpoint.Hit("admitter/reserve")
 	}
+	w.reserved(wl, cq, admitted)
+	return nil
+}
+
+// ReservationLanded does what Reserve does after a write that landed, for
+// a reservation whose write's answer was lost and that a read shows.
+func (w *Writer) ReservationLanded(wl *v1alpha1.Workload) {
+	if wl.Status.Admission == nil {
+		return
+	}
+	w.reserved(wl, wl.Status.Admission.ClusterQueue, workload.IsAdmitted(wl))
+}
+
+// reserved counts a reservation that landed and tells whoever follows them.
+func (w *Writer) reserved(wl *v1alpha1.Workload, cq string, admitted bool) {
 	w.cfg.Metrics.CycleReserved.Inc()
 	w.messages.forget(workload.Key(wl))
 	w.cfg.Reserved(cq, admitted)
-	return nil
 }
 
 // pendingChecks is a fresh Pending entry for every check, keeping the

@@ -60,6 +60,10 @@ type Config struct {
 	// StartPolicy is the start-up deadline policy of a ClusterQueue; nil
 	// means no queue has a deadline.
 	StartPolicy func(clusterQueue string) startup.Policy
+	// ReplacementWindow is how long a pod group holding quota in a
+	// ClusterQueue may be without pods before its Workload is deleted (see
+	// NoPods); nil means DefaultReplacementWindow for every queue.
+	ReplacementWindow func(ctx context.Context, clusterQueue string) (time.Duration, error)
 }
 
 // Writer makes the admitter's Workload writes.
@@ -84,6 +88,9 @@ func New(cfg Config) *Writer {
 	}
 	if cfg.StartPolicy == nil {
 		cfg.StartPolicy = func(string) startup.Policy { return startup.Policy{} }
+	}
+	if cfg.ReplacementWindow == nil {
+		cfg.ReplacementWindow = func(context.Context, string) (time.Duration, error) { return DefaultReplacementWindow, nil }
 	}
 	return &Writer{
 		cfg: cfg,

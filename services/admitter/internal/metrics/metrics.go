@@ -40,6 +40,12 @@ type Metrics struct {
 	SlowSubscribers prometheus.Counter
 	// WorkloadWrites counts API writes to Workloads, per operation.
 	WorkloadWrites *prometheus.CounterVec
+	// ReservationsUnknown counts reservation writes whose outcome was
+	// unknown (a timeout, a lost connection, a 5xx), per how they settled:
+	// "landed", "superseded" (the workload changed otherwise), "retried"
+	// (written again), "refused", "gone" or "abandoned" (leadership ended
+	// first).
+	ReservationsUnknown *prometheus.CounterVec
 	// DeadlineEvictions counts workloads evicted (or deactivated) for
 	// missing their start-up deadline, per ClusterQueue.
 	DeadlineEvictions *prometheus.CounterVec
@@ -106,6 +112,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: namespace, Name: "workload_writes_total",
 			Help: "API writes to Workload objects, per operation.",
 		}, []string{"operation"}),
+		ReservationsUnknown: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "reservation_writes_unknown_total",
+			Help: "Reservation writes whose outcome was unknown, per how they settled (landed, superseded, retried, refused, gone, abandoned).",
+		}, []string{"outcome"}),
 		DeadlineEvictions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "pods_ready_timeout_evictions_total",
 			Help: "Workloads evicted or deactivated because their pods did not all start by the start-up deadline, per ClusterQueue.",
@@ -149,6 +159,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.DecisionsPublished = register(m.DecisionsPublished).(*prometheus.CounterVec)
 	m.SlowSubscribers = register(m.SlowSubscribers).(prometheus.Counter)
 	m.WorkloadWrites = register(m.WorkloadWrites).(*prometheus.CounterVec)
+	m.ReservationsUnknown = register(m.ReservationsUnknown).(*prometheus.CounterVec)
 	m.DeadlineEvictions = register(m.DeadlineEvictions).(*prometheus.CounterVec)
 	m.WatchStreamOpens = register(m.WatchStreamOpens).(*prometheus.CounterVec)
 	m.WatchStreamsOpen = register(m.WatchStreamsOpen).(prometheus.Gauge)

@@ -257,6 +257,10 @@ func (s *Scheduler) unindex(e *entry) {
 // where it counted before. Quota a reservation gave back wakes the
 // ClusterQueue's parked workloads.
 func (s *Scheduler) place(e *entry) {
+	if e.assumed {
+		s.keepAssumed(e)
+		return
+	}
 	prevCQ, prevUsage := (*clusterQueue)(nil), quota.Usage(nil)
 	if e.where == reserved {
 		prevCQ, prevUsage = e.cq, e.usage
@@ -316,6 +320,32 @@ func (s *Scheduler) place(e *entry) {
 		return
 	}
 	s.enqueue(cq, e)
+}
+
+// keepAssumed places again a reservation a cycle assumed, where it was
+// assumed: its write may land at any moment, so until its answer (Observe
+// of a newer version, or Unassume) its quota stays taken, whatever queue
+// event re-places the workloads of its queue.
+func (s *Scheduler) keepAssumed(e *entry) {
+	name, usage := e.admittedIn, e.usage
+	s.unplace(e)
+	cq := s.clusterQueues[name]
+	s.reserve(e, cq, usage)
+	if cq == nil {
+		// The ClusterQueue went meanwhile: the reservation is still
+		// counted under its name, to be found when it comes back.
+		if m := s.byAdmission[e.admittedIn]; m != nil {
+			delete(m, e.key)
+			if len(m) == 0 {
+				delete(s.byAdmission, e.admittedIn)
+			}
+		}
+		e.admittedIn = name
+		if s.byAdmission[name] == nil {
+			s.byAdmission[name] = map[types.NamespacedName]*entry{}
+		}
+		s.byAdmission[name][e.key] = e
+	}
 }
 
 // reserve counts e as holding usage in cq (which may not exist: then only

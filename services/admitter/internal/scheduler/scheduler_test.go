@@ -330,6 +330,36 @@ func TestUnassumeReturnsTheQuota(t *testing.T) {
 	}
 }
 
+// A reservation assumed by a cycle keeps its quota through queue events
+// until its write is answered: the write may land at any moment.
+func TestAssumedReservationSurvivesQueueChanges(t *testing.T) {
+	f := newFixture(t)
+	f.clusterQueue("cq", "1")
+	a, b := f.workload("a", "lq-cq", "1", 0, 0), f.workload("b", "lq-cq", "1", 1, 0)
+	f.s.Observe(a)
+	f.s.Observe(b)
+	if got := names(f.cycle().Reservations); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("reserved %v, want [a]", got)
+	}
+	// The ClusterQueue and the LocalQueue change while a's write is out.
+	f.clusterQueue("cq", "1", func(cq *v1alpha1.ClusterQueue) { cq.Generation = 2 })
+	f.s.SetLocalQueue(&v1alpha1.LocalQueue{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "lq-cq", UID: "lq-cq", Generation: 3, Labels: map[string]string{"changed": "yes"}},
+		Spec:       v1alpha1.LocalQueueSpec{ClusterQueue: "cq"},
+	})
+	if got := names(f.cycle().Reservations); len(got) != 0 {
+		t.Fatalf("reserved %v while a's reservation was assumed: its quota was given twice", got)
+	}
+	cqs, _ := f.s.Statuses()
+	if got := cqs["cq"].Flavors[0].Resources[0].Total; got.String() != "1" {
+		t.Fatalf("cpu reserved = %s, want a's 1", got.String())
+	}
+	f.s.Unassume(a) // the write did not land after all
+	if got := names(f.cycle().Reservations); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("after the lost write: reserved %v, want a again", got)
+	}
+}
+
 func TestGroupWaitingForItsPodsIsNotQueued(t *testing.T) {
 	f := newFixture(t)
 	f.clusterQueue("cq", "1")

@@ -9,6 +9,7 @@ import (
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -68,11 +69,11 @@ func (s *Server) UpdateWorkload(ctx context.Context, req *admitterv1.UpdateWorkl
 	}
 	key := types.NamespacedName{Namespace: ref.GetNamespace(), Name: ref.GetName()}
 	if join != nil {
-		requests, err := workload.JoinFromProto(join)
+		j, err := workload.JoinFromProto(join)
 		if err != nil {
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
-		if err := s.admitter.CheckJoin(ctx, key, types.UID(ref.GetUid()), join.GetPodName(), join.GetPodSet(), requests); err != nil {
+		if err := s.admitter.CheckJoin(ctx, key, types.UID(ref.GetUid()), j); err != nil {
 			if apierrors.IsNotFound(err) {
 				return nil, status.Error(codes.NotFound, err.Error())
 			}
@@ -104,8 +105,9 @@ func (s *Server) ReportProgress(ctx context.Context, req *admitterv1.ReportProgr
 		}
 	}
 	p := lifecycle.Progress{
-		UID:       types.UID(ref.GetUid()),
-		Succeeded: req.GetSucceededPods(),
+		UID:         types.UID(ref.GetUid()),
+		Reservation: req.GetReservationId(),
+		Succeeded:   req.GetSucceededPods(),
 	}
 	if f := req.GetFinish(); f != nil {
 		p.Finished, p.FinishSucceeded, p.FinishMessage = true, f.GetSucceeded(), f.GetMessage()
@@ -133,7 +135,17 @@ func (s *Server) ReportProgress(ctx context.Context, req *admitterv1.ReportProgr
 		if ref.GetUid() == "" {
 			return nil, status.Error(codes.InvalidArgument, "workload.uid is required with no_pods: the report must not end a later workload of the same name")
 		}
-		p.NoPods = true
+		// A report of no pods is judged alone (as ReportProgress would),
+		// and its answer may carry the end of a replacement window.
+		until, err := s.admitter.NoPods(ctx, types.NamespacedName{Namespace: ref.GetNamespace(), Name: ref.GetName()}, p.UID)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		resp := &admitterv1.ReportProgressResponse{}
+		if !until.IsZero() {
+			resp.NoPodsUntil = timestamppb.New(until)
+		}
+		return resp, nil
 	}
 	if err := s.admitter.ReportProgress(ctx, types.NamespacedName{Namespace: ref.GetNamespace(), Name: ref.GetName()}, p); err != nil {
 		return nil, toStatus(err)

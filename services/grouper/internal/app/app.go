@@ -202,6 +202,11 @@ func newManager(cfg *rest.Config, log logr.Logger) (manager.Manager, error) {
 	if err := schedulingv1alpha2.AddToScheme(scheme); err != nil {
 		return nil, fmt.Errorf("build scheme: %w", err)
 	}
+	// A Workload is read whole, live, only to explain why a pod does not
+	// fit its pod set; the cache keeps Workloads' metadata only.
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("build scheme: %w", err)
+	}
 	managed := labels.SelectorFromSet(labels.Set{podkeys.ManagedLabel: podkeys.ManagedLabelValue})
 	groupWorkloads, err := labels.Parse(v1alpha1.PodGroupLabel)
 	if err != nil {

@@ -121,6 +121,7 @@ type Reconciler struct {
 	groups    *groupStates
 	gangs     *gangs
 	stops     *stopReports
+	ungates   *ungatesInFlight
 	started   *startedReports
 	stopQ     workqueue.TypedRateLimitingInterface[workload.Key]
 	wake      chan event.TypedGenericEvent[*corev1.Pod]
@@ -139,6 +140,7 @@ func New(opts Options) *Reconciler {
 		groups:    newGroupStates(),
 		gangs:     newGangs(),
 		stops:     newStopReports(),
+		ungates:   newUngatesInFlight(),
 		started:   newStartedReports(),
 		stopQ: workqueue.NewTypedRateLimitingQueue(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[workload.Key](retryMin, retryMax)),
@@ -417,13 +419,17 @@ func (r *Reconciler) moveQueue(ctx context.Context, wl *sluicev1.Workload) error
 	return nil
 }
 
-// ungate applies an admission to a gated pod with one patch.
+// ungate applies an admission to a gated pod with one patch, if the pod
+// still fits its pod set.
 func (r *Reconciler) ungate(ctx context.Context, pod *corev1.Pod, key workload.Key, entry decisionEntry, st *podState) (reconcile.Result, error) {
 	d := entry.decision
+	if fits, res, err := r.singlePodFits(ctx, pod, key, d, st); !fits {
+		return res, err
+	}
 	info, err := podSetInfoFor(d, workload.SinglePodSetName)
 	if err == nil {
 		var patch []byte
-		patch, err = podpatch.Ungate(pod, info, &sluicev1.WorkloadRef{Namespace: key.Namespace, Name: key.Name, Uid: d.GetWorkload().GetUid()})
+		patch, err = podpatch.Ungate(pod, info, &sluicev1.WorkloadRef{Namespace: key.Namespace, Name: key.Name, Uid: d.GetWorkload().GetUid()}, d.GetReservationId())
 		if err == nil {
 			return r.sendUngate(ctx, pod, key, entry, st, patch)
 		}
@@ -436,6 +442,14 @@ func (r *Reconciler) ungate(ctx context.Context, pod *corev1.Pod, key workload.K
 }
 
 func (r *Reconciler) sendUngate(ctx context.Context, pod *corev1.Pod, key workload.Key, entry decisionEntry, st *podState, patch []byte) (reconcile.Result, error) {
+	// The decision may have changed while the patch was built (a group
+	// asks the admitter and the API server first): only the admission in
+	// force may ungate, and the workload's stop check waits for the answer.
+	if !r.ungates.begin(key, entry.decision, r.decisions) {
+		r.opts.Metrics.UngatesSuperseded.Inc()
+		return reconcile.Result{}, nil // the newer decision woke the pod
+	}
+	defer r.endUngate(key)
 	ctx, span := r.startSpan(ctx, pod, "grouper.Ungate", &sluicev1.WorkloadRef{Namespace: key.Namespace, Name: key.Name})
 	defer span.End()
 	target := &corev1.Pod{}
@@ -457,6 +471,9 @@ func (r *Reconciler) sendUngate(ctx context.Context, pod *corev1.Pod, key worklo
 	}
 	crashpoint.Hit("grouper/ungate")
 	st.ungated = true
+	// Known before the ungate counts as answered: a stop check must not
+	// take the pod, gated in a cache that lags, for one that cannot run.
+	r.pods.store(client.ObjectKeyFromObject(pod), *st)
 	r.opts.Metrics.PodsUngated.Inc()
 	r.opts.Metrics.DecisionToUngate.Observe(r.now().Sub(entry.received).Seconds())
 	if at := entry.decision.GetAdmittedAt(); at != nil {
@@ -467,6 +484,15 @@ func (r *Reconciler) sendUngate(ctx context.Context, pod *corev1.Pod, key worklo
 	// path. The Workload's Admitted condition and the pod's podset label
 	// say the same, and the metrics count it.
 	return reconcile.Result{}, nil
+}
+
+// endUngate takes back an ungate in flight; a stop check it held up
+// looks again.
+func (r *Reconciler) endUngate(key workload.Key) {
+	r.ungates.end(key)
+	if e, ok := r.decisions.get(key); ok && stopping(e.decision) {
+		r.stopQ.Add(key)
+	}
 }
 
 // podSetInfoFor returns the info of pod set name in d; an admission that
@@ -486,9 +512,10 @@ func podSetInfoFor(d *admitterv1.Decision, name string) (*sluicev1.PodSetInfo, e
 
 // evict deletes a running pod of an evicted workload, marking why first.
 func (r *Reconciler) evict(ctx context.Context, pod *corev1.Pod, d *admitterv1.Decision, st *podState) (reconcile.Result, error) {
-	if st.evicted || podpatch.HasGate(pod) {
+	if st.evicted || (podpatch.HasGate(pod) && !st.ungated) {
 		// A gated pod holds nothing: it stays queued for the next
-		// admission.
+		// admission. One this grouper ungated is running, whatever the
+		// cache shows yet.
 		return reconcile.Result{}, nil
 	}
 	msg := d.GetMessage()
@@ -542,7 +569,7 @@ func (r *Reconciler) decidedStop(action, msg string) stopCause {
 func (r *Reconciler) stopPod(ctx context.Context, pod *corev1.Pod, cause stopCause, st *podState) (reconcile.Result, error) {
 	target := &corev1.Pod{}
 	target.Namespace, target.Name = pod.Namespace, pod.Name
-	if !podpatch.HasGate(pod) && !disrupted(pod) {
+	if (!podpatch.HasGate(pod) || st.ungated) && !disrupted(pod) {
 		cond, err := podpatch.DisruptionTarget(disruptionReason, cause.message, r.now())
 		if err != nil {
 			return reconcile.Result{}, err

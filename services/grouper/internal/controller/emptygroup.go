@@ -3,7 +3,10 @@ package controller
 import (
 	"context"
 	"fmt"
+	"time"
 
+	grpccodes "google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,6 +24,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 	"github.com/sluice-dev/sluice/pkg/crashpoint"
 	"github.com/sluice-dev/sluice/pkg/podkeys"
+	"github.com/sluice-dev/sluice/services/grouper/internal/metrics"
 	"github.com/sluice-dev/sluice/services/grouper/internal/podpatch"
 	"github.com/sluice-dev/sluice/services/grouper/internal/workload"
 )
@@ -36,12 +40,20 @@ func GroupWorkload() *metav1.PartialObjectMetadata {
 
 // emptyGroups notices pod groups whose pods are all gone and tells the
 // admitter, which deletes their Workload or, for a group an eviction
-// stopped, waits for the pods to come back. A group Workload has no
-// owners, so this is what ends it. It looks at a group when its Workload
-// changes (and at every group Workload when the grouper starts, so a
-// report lost in a crash is made again) and when one of its pods is
-// deleted.
+// stopped, waits for the pods to come back. A group that holds quota gets
+// a replacement window: the admitter answers with its end, and the group
+// is looked at again then, and reported again if it is still empty; that
+// report is what deletes its Workload. A group Workload has no owners, so
+// this is what ends it. It looks at a group when its Workload changes
+// (and at every group Workload when the grouper starts, so a report lost
+// in a crash, or a window's end missed, is made again), when one of its
+// pods is deleted, and when a window ends.
 type emptyGroups struct{ r *Reconciler }
+
+// windowRecheckMin is the least wait before a group whose replacement
+// window is open is looked at again: an admitter whose clock runs ahead of
+// the grouper's may answer with an end that has passed here already.
+const windowRecheckMin = time.Second
 
 func (r *Reconciler) setupEmptyGroups(mgr ctrl.Manager) error {
 	podGone := handler.Funcs{
@@ -91,14 +103,41 @@ func (g *emptyGroups) Reconcile(ctx context.Context, req reconcile.Request) (rec
 		return reconcile.Result{}, err
 	}
 	ref := &sluicev1.WorkloadRef{Namespace: key.Namespace, Name: key.Name, Uid: string(wl.UID)}
-	if err := r.progress(ctx, nil, ref, &admitterv1.ReportProgressRequest{Workload: ref, NoPods: true}); err != nil {
+	until, err := g.reportNoPods(ctx, ref)
+	if err != nil {
 		return reconcile.Result{}, err
 	}
 	crashpoint.Hit("grouper/report-no-pods")
 	// Pods created from now on make the group again: they submit it anew.
 	r.groups.update(key, func(st *groupState) { st.submitted = false })
-	r.opts.Log.V(1).Info("group has no pods", "group", key.String())
-	return reconcile.Result{}, nil
+	if until.IsZero() {
+		r.opts.Log.V(1).Info("group has no pods", "group", key.String())
+		return reconcile.Result{}, nil
+	}
+	// Its pods may come back until then; if none did, the next report
+	// gives its quota back.
+	r.opts.Log.V(1).Info("group has no pods; its replacement window is open", "group", key.String(), "until", until)
+	return reconcile.Result{RequeueAfter: max(until.Sub(r.now()), windowRecheckMin)}, nil
+}
+
+// reportNoPods tells the admitter the group ref has no pod left, and
+// returns the end of the replacement window the admitter keeps open for
+// it (zero when none is). A workload the admitter does not know needs no
+// report.
+func (g *emptyGroups) reportNoPods(ctx context.Context, ref *sluicev1.WorkloadRef) (time.Time, error) {
+	r := g.r
+	cctx, cancel := context.WithTimeout(ctx, r.opts.CallTimeout)
+	defer cancel()
+	resp, err := r.opts.Admitter.ReportProgress(cctx, &admitterv1.ReportProgressRequest{Workload: ref, NoPods: true})
+	if err != nil && status.Code(err) != grpccodes.NotFound {
+		r.opts.Metrics.Reports.WithLabelValues(metrics.ResultError).Inc()
+		return time.Time{}, fmt.Errorf("report that group %s has no pods: %w", ref.GetName(), err)
+	}
+	r.opts.Metrics.Reports.WithLabelValues(metrics.ResultOK).Inc()
+	if resp.GetNoPodsUntil() == nil { // also when NotFound left no answer
+		return time.Time{}, nil
+	}
+	return resp.GetNoPodsUntil().AsTime(), nil
 }
 
 // empty reports whether the group has no pod: none in the cache, and none

@@ -26,6 +26,8 @@ import (
 	"github.com/sluice-dev/sluice/pkg/crashpoint"
 	"github.com/sluice-dev/sluice/pkg/podgroup"
 	"github.com/sluice-dev/sluice/pkg/podkeys"
+	"github.com/sluice-dev/sluice/pkg/podset"
+	"github.com/sluice-dev/sluice/services/grouper/internal/fit"
 	"github.com/sluice-dev/sluice/services/grouper/internal/gang"
 	"github.com/sluice-dev/sluice/services/grouper/internal/group"
 	"github.com/sluice-dev/sluice/services/grouper/internal/metrics"
@@ -63,11 +65,14 @@ type groupState struct {
 	finished bool
 	// succeeded is the count of succeeded pods per role last reported, and
 	// missing the pods missing per role last reported (printed; empty when
-	// none was ever reported).
-	succeeded map[string]int32
-	missing   string
+	// none was ever reported), both under reservation: a new reservation
+	// counts afresh.
+	reservation string
+	succeeded   map[string]int32
+	missing     string
 	// joined holds the shapes of pods the admitter let join a pod set of
-	// the declared group's workload, by joinKey: pods of one shape ask once.
+	// the declared group's workload, by "<workload uid>/<pod set>/<role
+	// hash>": pods of one shape ask once.
 	joined map[string]bool
 	// gangSize is the minCount of the gang of the PodGroup the group's
 	// pods name, once read (it cannot change); 0 before.
@@ -400,12 +405,26 @@ func (r *Reconciler) ungateMember(ctx context.Context, pod *corev1.Pod, key work
 	if err != nil {
 		return r.cannotApply(pod, key, err)
 	}
-	if state.Roles.Declared {
-		joined, err := r.joinOrDelete(ctx, key, ref, pods, pod, role)
+	v, err := fit.Check(pod, entry.decision, role, false)
+	if err != nil {
+		return r.cannotApply(pod, key, err)
+	}
+	switch {
+	case v.QueueMoved():
+		return r.misfit(ctx, pod, key, entry.decision, v, st), r.followQueue(ctx, key, ref, pods)
+	case state.Roles.Declared && !v.SameShape():
+		// Not shaped like the pod its set was built from (a worker of a
+		// role with a template, a pod naming a role shaped like the
+		// driver, a pod changed since): only the admitter can say whether
+		// it may run in the set.
+		joined, err := r.joinOrDelete(ctx, key, ref, pods, pod, role, v.Hash)
 		if err != nil || !joined {
 			return reconcile.Result{}, err
 		}
+	case !state.Roles.Declared && !v.Fits():
+		return r.misfit(ctx, pod, key, entry.decision, v, st), nil
 	}
+	st.misfit = ""
 	// The scheduler's gang comes first: a pod ungated before its
 	// PodGroup exists waits in the scheduler for it anyway.
 	if err := r.ensureGang(ctx, pod, key, ref.GetUid(), pods); err != nil {
@@ -415,7 +434,7 @@ func (r *Reconciler) ungateMember(ctx context.Context, pod *corev1.Pod, key work
 	if err != nil {
 		return r.cannotApply(pod, key, err)
 	}
-	patch, err := podpatch.Ungate(pod, info, ref)
+	patch, err := podpatch.Ungate(pod, info, ref, entry.decision.GetReservationId())
 	if err != nil {
 		return r.cannotApply(pod, key, err)
 	}
@@ -430,11 +449,11 @@ func (r *Reconciler) cannotApply(pod *corev1.Pod, key workload.Key, err error) (
 	return reconcile.Result{RequeueAfter: recheckAfter}, nil
 }
 
-// joinOrDelete lets a worker of a declared group join its pod set, or
+// joinOrDelete lets a pod of a declared group join its pod set, or
 // deletes it, with a warning for the group, when the admitter refuses it.
 func (r *Reconciler) joinOrDelete(ctx context.Context, key workload.Key, ref *sluicev1.WorkloadRef, pods []*corev1.Pod,
-	pod *corev1.Pod, role string) (joined bool, err error) {
-	refused, err := r.join(ctx, key, ref, pod, role)
+	pod *corev1.Pod, role, hash string) (joined bool, err error) {
+	refused, err := r.join(ctx, key, ref, pod, role, hash)
 	if err != nil || refused == "" {
 		return err == nil, err
 	}
@@ -446,17 +465,14 @@ func (r *Reconciler) joinOrDelete(ctx context.Context, key workload.Key, ref *sl
 	return false, nil
 }
 
-// join asks the admitter whether a pod of a declared group, created after
-// the group's workload, may join the pod set of its role; refused says why
-// not. The pod that declares the group needs no asking: its pod set was
-// built from it. The answer for one shape of pod holds for every pod of
-// that shape in the same workload, so once given it is not asked again.
-func (r *Reconciler) join(ctx context.Context, key workload.Key, ref *sluicev1.WorkloadRef, pod *corev1.Pod, role string) (refused string, err error) {
-	if _, declares := pod.Annotations[podkeys.PodGroupSetsAnnotation]; declares {
-		return "", nil
-	}
-	requests := workload.Requests(pod)
-	jk := joinKey(ref.GetUid(), role, requests)
+// join asks the admitter whether a pod of a declared group may join the
+// pod set of its role although it is not shaped like the pod the set was
+// built from (role hash hash): a worker created after the group's
+// workload, or a pod that copies the declaration. refused says why not.
+// Pods of one role hash are interchangeable, so once the admitter let one
+// join, the others of that hash in the same workload ask nothing.
+func (r *Reconciler) join(ctx context.Context, key workload.Key, ref *sluicev1.WorkloadRef, pod *corev1.Pod, role, hash string) (refused string, err error) {
+	jk := ref.GetUid() + "/" + role + "/" + hash
 	known := false
 	r.groups.update(key, func(g *groupState) { known = g.joined[jk] })
 	if known {
@@ -466,7 +482,12 @@ func (r *Reconciler) join(ctx context.Context, key workload.Key, ref *sluicev1.W
 	defer cancel()
 	_, err = r.opts.Admitter.UpdateWorkload(cctx, &admitterv1.UpdateWorkloadRequest{
 		Workload: ref,
-		Join:     &admitterv1.PodJoin{PodName: pod.Name, PodSet: role, Requests: requests},
+		Join: &admitterv1.PodJoin{PodName: pod.Name, PodSet: role, Requests: workload.Requests(pod),
+			Scheduling: &admitterv1.PodScheduling{
+				NodeSelector: pod.Spec.NodeSelector,
+				Tolerations:  podset.TolerationsToProto(pod.Spec.Tolerations),
+				Priority:     fit.Priority(pod),
+			}},
 	})
 	switch {
 	case status.Code(err) == grpccodes.FailedPrecondition:
@@ -483,16 +504,6 @@ func (r *Reconciler) join(ctx context.Context, key workload.Key, ref *sluicev1.W
 	return "", nil
 }
 
-// joinKey identifies a shape of pod joining a pod set of one workload.
-func joinKey(uid, role string, requests map[string]string) string {
-	var b strings.Builder
-	b.WriteString(uid + "/" + role)
-	for _, name := range slices.Sorted(maps.Keys(requests)) {
-		b.WriteString("/" + name + "=" + requests[name])
-	}
-	return b.String()
-}
-
 // observeGroup reads an admitted group whole: its pods, what they say
 // against the admitted pod set counts, and the reference its reports use.
 func (r *Reconciler) observeGroup(ctx context.Context, key workload.Key, entry decisionEntry) ([]*corev1.Pod, *group.State, *sluicev1.WorkloadRef, error) {
@@ -501,7 +512,8 @@ func (r *Reconciler) observeGroup(ctx context.Context, key workload.Key, entry d
 		return nil, nil, nil, err
 	}
 	uid := entry.decision.GetWorkload().GetUid()
-	state, err := group.Observe(uid, entry.decision.GetPodSetCounts(), group.RolesOf(pods), pods)
+	run := group.Run{UID: uid, Reservation: entry.decision.GetReservationId()}
+	state, err := group.Observe(run, entry.decision.GetPodSetCounts(), group.RolesOf(pods), pods)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -578,7 +590,7 @@ func (r *Reconciler) reportGroupFinish(ctx context.Context, pod *corev1.Pod, key
 		return false, nil
 	}
 	if err := r.progress(ctx, pod, ref, &admitterv1.ReportProgressRequest{
-		Workload: ref, SucceededPods: state.Succeeded,
+		Workload: ref, ReservationId: state.Run.Reservation, SucceededPods: state.Succeeded,
 		Finish: &admitterv1.Finish{Succeeded: state.Success, Message: state.Message},
 	}); err != nil {
 		return false, err
@@ -592,15 +604,23 @@ func (r *Reconciler) reportGroupFinish(ctx context.Context, pod *corev1.Pod, key
 // group's succeeded pods per role (their quota is released while the
 // others run) and the pods it waits for (failed, not replaced yet).
 func (r *Reconciler) reportState(ctx context.Context, key workload.Key, ref *sluicev1.WorkloadRef, state *group.State) error {
-	req := &admitterv1.ReportProgressRequest{Workload: ref}
+	req := &admitterv1.ReportProgressRequest{Workload: ref, ReservationId: state.Run.Reservation}
 	missing := fmt.Sprint(state.Missing)
 	r.groups.update(key, func(g *groupState) {
+		if g.reservation != state.Run.Reservation {
+			g.reservation, g.succeeded, g.missing = state.Run.Reservation, nil, ""
+		}
 		for role, n := range state.Succeeded {
 			if g.succeeded[role] < n {
 				req.SucceededPods = state.Succeeded
 			}
 		}
-		if g.missing != missing && (g.missing != "" || len(state.Missing) > 0) {
+		// The first look of this process at a reservation reports even
+		// that nothing is missing: a report lost to a restart may have left
+		// the Workload waiting for pods that are back (a group emptied
+		// within its replacement window, refilled while the grouper was
+		// down). The admitter writes nothing when nothing changes.
+		if g.missing != missing {
 			req.Missing = &admitterv1.Missing{Pods: state.Missing}
 		}
 	})
@@ -612,6 +632,9 @@ func (r *Reconciler) reportState(ctx context.Context, key workload.Key, ref *slu
 	}
 	crashpoint.Hit("grouper/report-state")
 	r.groups.update(key, func(g *groupState) {
+		if g.reservation != state.Run.Reservation {
+			return // a newer reservation's counts were started meanwhile
+		}
 		if g.succeeded == nil {
 			g.succeeded = map[string]int32{}
 		}

@@ -101,7 +101,8 @@ func (r *Reconciler) reportStarted(ctx context.Context, key workload.Key, entry 
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	counts, err := group.CountStarted(d.GetWorkload().GetUid(), pods, rolesOf(pods))
+	run := group.Run{UID: d.GetWorkload().GetUid(), Reservation: d.GetReservationId()}
+	counts, err := group.CountStarted(run, pods, rolesOf(pods))
 	if err != nil {
 		return reconcile.Result{}, fmt.Errorf("count the started pods of workload %s: %w", key, err)
 	}
@@ -110,7 +111,8 @@ func (r *Reconciler) reportStarted(ctx context.Context, key workload.Key, entry 
 		return reconcile.Result{}, nil
 	}
 	ref := &sluicev1.WorkloadRef{Namespace: key.Namespace, Name: key.Name, Uid: d.GetWorkload().GetUid()}
-	req := &admitterv1.ReportProgressRequest{Workload: ref, Started: &admitterv1.Started{Scheduled: counts.Scheduled, Ready: counts.Ready}}
+	req := &admitterv1.ReportProgressRequest{Workload: ref, ReservationId: run.Reservation,
+		Started: &admitterv1.Started{Scheduled: counts.Scheduled, Ready: counts.Ready}}
 	if err := r.progress(ctx, nil, ref, req); err != nil {
 		return reconcile.Result{}, err
 	}

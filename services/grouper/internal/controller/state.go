@@ -110,6 +110,9 @@ type podState struct {
 	// warned: a Warning event for a problem that only a change of the pod
 	// can fix was already emitted.
 	warned bool
+	// misfit is the last reason told (fit.Verdict.Key) why the pod does
+	// not fit its pod set, so each is told once.
+	misfit string
 }
 
 // podStates holds podState by pod name; an entry for an older pod of the

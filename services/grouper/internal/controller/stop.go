@@ -6,7 +6,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
 	sluicev1 "github.com/sluice-dev/sluice/gen/sluice/v1"
@@ -78,21 +80,34 @@ func (r *Reconciler) stopWorker(ctx context.Context) {
 // (they wait for the next admission); for a deletion no pod may hold
 // sluice's finalizer any more, so the Workload never goes before its pods.
 // A pod that ended but still carries the finalizer is left to its finish
-// report first.
+// report first. The report gives the workload's quota back, so it is made
+// only when no ungate of the workload is in flight, and a pod the cache
+// shows gated is taken for gated only once the API server says so.
 func (r *Reconciler) checkStopped(ctx context.Context, key workload.Key) error {
 	entry, ok := r.decisions.get(key)
 	if !ok || !stopping(entry.decision) || r.stops.reported(key, entry.decision) {
 		return nil
+	}
+	if r.ungates.busy(key) {
+		return nil // the ungate's end wakes this check again
 	}
 	d := entry.decision
 	var pods corev1.PodList
 	if err := r.opts.Client.List(ctx, &pods, client.InNamespace(key.Namespace), client.MatchingFields{WorkloadIndex: key.String()}); err != nil {
 		return fmt.Errorf("list pods of workload %s: %w", key, err)
 	}
+	var gated []*corev1.Pod
 	for i := range pods.Items {
-		if !stoppedFor(&pods.Items[i], d) {
+		pod := &pods.Items[i]
+		if !stoppedFor(pod, d) || (podpatch.HasGate(pod) && r.alreadyUngated(pod)) {
 			return nil // its own reconcile wakes this check again
 		}
+		if podpatch.HasGate(pod) && !ended(pod) {
+			gated = append(gated, pod)
+		}
+	}
+	if err := r.confirmGated(ctx, gated); err != nil {
+		return err
 	}
 	ref := &sluicev1.WorkloadRef{Namespace: key.Namespace, Name: key.Name, Uid: d.GetWorkload().GetUid()}
 	cctx, cancel := context.WithTimeout(ctx, r.opts.CallTimeout)
@@ -110,12 +125,36 @@ func (r *Reconciler) checkStopped(ctx context.Context, key workload.Key) error {
 	return nil
 }
 
+// confirmGated checks with the API server that the pods the cache shows
+// gated still are: an ungate whose answer was lost (a timeout, a dropped
+// connection) may have landed, and the cache may not have seen an ungate
+// yet. A pod found ungated fails the check; it is woken, to be stopped.
+func (r *Reconciler) confirmGated(ctx context.Context, pods []*corev1.Pod) error {
+	for _, pod := range pods {
+		live := &corev1.Pod{}
+		err := r.opts.APIReader.Get(ctx, client.ObjectKeyFromObject(pod), live)
+		switch {
+		case apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return fmt.Errorf("read pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		case live.UID == pod.UID && !podpatch.HasGate(live):
+			r.wake <- event.TypedGenericEvent[*corev1.Pod]{Object: pod}
+			return fmt.Errorf("pod %s/%s is ungated, the cache shows it gated yet", pod.Namespace, pod.Name)
+		}
+	}
+	return nil
+}
+
+func ended(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
 // stoppedFor reports whether pod no longer stands in the way of the stop
 // decision d asks for. Gated pods wait out an eviction, and the deletion
 // of a pod group's finished workload (they are a later run of the group).
 func stoppedFor(pod *corev1.Pod, d *admitterv1.Decision) bool {
-	ended := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
-	if ended {
+	if ended(pod) {
 		return !podpatch.HasFinalizer(pod)
 	}
 	if d.GetAction() == admitterv1.Decision_ACTION_EVICT || (d.GetFinished() && workload.IsGroupMember(pod)) {

@@ -156,7 +156,7 @@ func TestObserveDeclared(t *testing.T) {
 			if !how.Declared {
 				t.Fatal("RolesOf: not a declared group")
 			}
-			st, err := Observe("this", counts, how, tt.pods)
+			st, err := Observe(Run{UID: "this"}, counts, how, tt.pods)
 			if err != nil {
 				t.Fatalf("Observe: %v", err)
 			}

@@ -75,7 +75,7 @@ func TestObserveGangSizedKeepsExtraPodsWaiting(t *testing.T) {
 	if !how.WaitExtra || how.Declared {
 		t.Fatalf("RolesOf = %+v, want a gang-sized group", how)
 	}
-	st, err := Observe("this", map[string]int32{"r": 2}, how, pods)
+	st, err := Observe(Run{UID: "this"}, map[string]int32{"r": 2}, how, pods)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestObserveGangSizedKeepsExtraPodsWaiting(t *testing.T) {
 	}
 	// Once an admitted pod failed, the waiting pod of its role takes its place.
 	failedA := gangPod("a", "r", 1, admitted, failed(5))
-	st, err = Observe("this", map[string]int32{"r": 2}, how, []*corev1.Pod{failedA, pods[1], pods[2], pods[3]})
+	st, err = Observe(Run{UID: "this"}, map[string]int32{"r": 2}, how, []*corev1.Pod{failedA, pods[1], pods[2], pods[3]})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -218,6 +218,8 @@ func compareBool(a, b bool) int {
 
 // State is what an admitted group's pods say, role by role.
 type State struct {
+	// Run is the admission the state is of.
+	Run Run
 	// Excess are active pods beyond their role's count, to delete: the
 	// youngest first. Pods being deleted do not count: their replacements
 	// are not excess. In a group created beforehand, pods of a role the
@@ -248,12 +250,38 @@ type State struct {
 	Message  string
 }
 
-// Observe reads an admitted group: the uid of its Workload, its pod sets
-// (pod set name → count), how its pods map to them, and all the pods
-// carrying its name. Pods admitted in another Workload of the same name
-// (an earlier run) are not its own.
-func Observe(uid string, podSets map[string]int32, how Roles, pods []*corev1.Pod) (*State, error) {
-	st := &State{Missing: map[string]int32{}, Succeeded: map[string]int32{}, Roles: how}
+// Run is one admission of a group: the uid of its Workload and the id of
+// the reservation it was admitted under. An eviction ends a run; the
+// admission that follows is another.
+type Run struct {
+	UID         string
+	Reservation string
+}
+
+// Owns reports whether pod takes part in run. A gated pod does, whatever
+// its annotations claim: only the ungate that lifts the gate says which
+// run a pod is in, so a gated pod's claim to another run is not believed
+// and it is counted (as excess, if its role is full). An ungated pod does
+// unless it was admitted under another reservation or, if ungated before
+// reservations were recorded on pods, in another Workload.
+func (run Run) Owns(pod *corev1.Pod) bool {
+	if podpatch.HasGate(pod) {
+		return true
+	}
+	if other := pod.Annotations[podkeys.ReservationAnnotation]; other != "" && run.Reservation != "" {
+		return other == run.Reservation
+	}
+	other := pod.Annotations[podkeys.WorkloadUIDAnnotation]
+	return other == "" || run.UID == "" || other == run.UID
+}
+
+// Observe reads an admitted group: its run, its pod sets (pod set name →
+// count), how its pods map to them, and all the pods carrying its name.
+// Pods of another run (an earlier reservation of this Workload, or an
+// earlier Workload of the same name) are not its own: they neither fill
+// its places nor count toward its end.
+func Observe(run Run, podSets map[string]int32, how Roles, pods []*corev1.Pod) (*State, error) {
+	st := &State{Run: run, Missing: map[string]int32{}, Succeeded: map[string]int32{}, Roles: how}
 	type role struct {
 		active, failed []*corev1.Pod
 		// declaring: the role of the pod declaring the group.
@@ -263,7 +291,7 @@ func Observe(uid string, podSets map[string]int32, how Roles, pods []*corev1.Pod
 	var running, succeeded int32
 	nonRetriable := ""
 	for _, p := range pods {
-		if other := p.Annotations[podkeys.WorkloadUIDAnnotation]; other != "" && uid != "" && other != uid {
+		if !run.Owns(p) {
 			continue
 		}
 		hash, err := how.Of(p)
@@ -356,7 +384,7 @@ func Observe(uid string, podSets map[string]int32, how Roles, pods []*corev1.Pod
 	}
 	own := ""
 	if how.Declared && running == 0 {
-		own = ownRoleSucceeded(uid, podSets, how, pods)
+		own = ownRoleSucceeded(run, podSets, how, pods)
 	}
 	switch {
 	case succeeded >= total && total > 0:
@@ -377,11 +405,11 @@ func Observe(uid string, podSets map[string]int32, how Roles, pods []*corev1.Pod
 // ownRoleSucceeded returns the role of the pods declaring a group when
 // all of that role's pods succeeded: a declared group is done when its
 // driver is, whatever became of the workers it created. Empty otherwise.
-func ownRoleSucceeded(uid string, podSets map[string]int32, how Roles, pods []*corev1.Pod) string {
+func ownRoleSucceeded(run Run, podSets map[string]int32, how Roles, pods []*corev1.Pod) string {
 	own := ""
 	var succeeded int32
 	for _, p := range pods {
-		if other := p.Annotations[podkeys.WorkloadUIDAnnotation]; other != "" && uid != "" && other != uid {
+		if !run.Owns(p) {
 			continue
 		}
 		role, err := how.Of(p)

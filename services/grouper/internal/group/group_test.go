@@ -57,6 +57,15 @@ func released(p *corev1.Pod) { p.Finalizers = nil }
 func admittedIn(uid string) func(*corev1.Pod) {
 	return func(p *corev1.Pod) { p.Annotations[podkeys.WorkloadUIDAnnotation] = uid }
 }
+
+// reservedIn marks the pod as ungated in the Workload of uid under
+// reservation id.
+func reservedIn(uid, id string) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		p.Annotations[podkeys.WorkloadUIDAnnotation] = uid
+		p.Annotations[podkeys.ReservationAnnotation] = id
+	}
+}
 func terminating(p *corev1.Pod) {
 	now := metav1.NewTime(epoch)
 	p.DeletionTimestamp = &now
@@ -203,6 +212,7 @@ func TestObserveAdmittedGroup(t *testing.T) {
 	sets := map[string]int32{"m": 1, "w": 2}
 	tests := []struct {
 		name      string
+		run       Run // Run{UID: "this"} when zero
 		pods      []*corev1.Pod
 		excess    []string
 		replaced  []string
@@ -281,8 +291,26 @@ func TestObserveAdmittedGroup(t *testing.T) {
 		},
 		{
 			name: "an earlier run's pods are not this run's",
-			pods: []*corev1.Pod{pod("old-m", "m", 0, succeeded, released, admittedIn("earlier")), pod("old-w", "w", 0, succeeded, released, admittedIn("earlier")),
+			pods: []*corev1.Pod{pod("old-m", "m", 0, running, succeeded, released, admittedIn("earlier")), pod("old-w", "w", 0, running, succeeded, released, admittedIn("earlier")),
 				pod("m", "m", 10, running, admittedIn("this")), pod("w0", "w", 11, running, admittedIn("this")), pod("w1", "w", 12, running)},
+			missing: map[string]int32{},
+		},
+		{
+			name: "an evicted reservation's pods count neither as this one's nor toward its end",
+			run:  Run{UID: "this", Reservation: "r2"},
+			pods: []*corev1.Pod{pod("old-w0", "w", 0, running, succeeded, released, reservedIn("this", "r1")),
+				pod("old-w1", "w", 1, running, succeeded, released, reservedIn("this", "r1")),
+				pod("m", "m", 10, running, succeeded, reservedIn("this", "r2")), pod("w2", "w", 11, running, reservedIn("this", "r2")), pod("w3", "w", 12)},
+			succeeded: map[string]int32{"m": 1},
+			missing:   map[string]int32{},
+		},
+		{
+			name: "a gated pod claiming another run is this run's: excess when its role is full",
+			run:  Run{UID: "this", Reservation: "r2"},
+			pods: []*corev1.Pod{pod("m", "m", 0, running, reservedIn("this", "r2")), pod("w0", "w", 1, running, reservedIn("this", "r2")),
+				pod("w1", "w", 2, running, reservedIn("this", "r2")), pod("forged", "w", 3, reservedIn("forged", "forged")),
+				pod("forged-uid", "w", 4, admittedIn("forged"))},
+			excess:  []string{"forged-uid", "forged"},
 			missing: map[string]int32{},
 		},
 		{
@@ -294,7 +322,11 @@ func TestObserveAdmittedGroup(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			st, err := Observe("this", sets, RolesOf(tt.pods), tt.pods)
+			run := tt.run
+			if run == (Run{}) {
+				run = Run{UID: "this"}
+			}
+			st, err := Observe(run, sets, RolesOf(tt.pods), tt.pods)
 			if err != nil {
 				t.Fatal(err)
 			}

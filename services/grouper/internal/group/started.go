@@ -3,7 +3,6 @@ package group
 import (
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/sluice-dev/sluice/pkg/podkeys"
 	"github.com/sluice-dev/sluice/services/grouper/internal/podpatch"
 )
 
@@ -14,16 +13,14 @@ type Started struct {
 	Scheduled, Ready map[string]int32
 }
 
-// CountStarted counts the started pods among pods, the pods of the
-// workload with uid. roleOf names a pod's pod set, so the counting does
+// CountStarted counts the started pods of run among pods. roleOf names a pod's pod set, so the counting does
 // not depend on how a kind of workload names them. Pods that hold no
 // place in the admission are left out: gated pods, failed pods, pods
-// being deleted (unless they succeeded), and pods admitted in another
-// Workload of the same name.
-func CountStarted(uid string, pods []*corev1.Pod, roleOf func(*corev1.Pod) (string, error)) (Started, error) {
+// being deleted (unless they succeeded), and pods of another run.
+func CountStarted(run Run, pods []*corev1.Pod, roleOf func(*corev1.Pod) (string, error)) (Started, error) {
 	st := Started{Scheduled: map[string]int32{}, Ready: map[string]int32{}}
 	for _, p := range pods {
-		if other := p.Annotations[podkeys.WorkloadUIDAnnotation]; other != "" && uid != "" && other != uid {
+		if !run.Owns(p) {
 			continue
 		}
 		succeeded := p.Status.Phase == corev1.PodSucceeded

@@ -59,7 +59,7 @@ func TestCountStarted(t *testing.T) {
 			if roleOf == nil {
 				roleOf = byRoleHash
 			}
-			got, err := CountStarted("uid", tt.pods, roleOf)
+			got, err := CountStarted(Run{UID: "uid"}, tt.pods, roleOf)
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("CountStarted error = %v, want error %v", err, tt.wantErr)
 			}

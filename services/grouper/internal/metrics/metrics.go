@@ -41,6 +41,10 @@ type Metrics struct {
 	// AlreadyUngated counts pods that an admission decision found ungated
 	// already, and that were therefore left alone.
 	AlreadyUngated prometheus.Counter
+	// UngatesSuperseded counts ungates not sent because the admission they
+	// were built from was no longer in force (an eviction or deletion came
+	// while the grouper prepared them).
+	UngatesSuperseded prometheus.Counter
 	// Decisions counts decisions received by action.
 	Decisions *prometheus.CounterVec
 	// StreamConnects counts decision streams opened.
@@ -93,6 +97,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "sluice_grouper_decision_pods_already_ungated_total",
 			Help: "Pods an admission decision found already ungated (repeated decisions, snapshots); no patch is sent for them.",
 		}),
+		UngatesSuperseded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_grouper_ungates_superseded_total",
+			Help: "Ungates not sent because the admission they were built from was no longer in force when the patch was due.",
+		}),
 		Decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_grouper_decisions_total",
 			Help: "Decisions received from the admitter's stream, by action.",
@@ -126,7 +134,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	for _, c := range []prometheus.Collector{
 		m.Submissions, m.Reports, m.PodsUngated, m.UngateErrors, m.DecisionToUngate, m.AdmissionToUngate,
 		m.AlreadyUngated, m.Decisions, m.StreamConnects, m.PodsEvicted, m.FinalizersRemoved, m.PodGroups,
-		m.UngatedWithoutAdmission,
+		m.UngatedWithoutAdmission, m.UngatesSuperseded,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register grouper metrics: %w", err)

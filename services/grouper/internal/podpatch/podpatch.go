@@ -52,14 +52,14 @@ func (e *ConflictError) Error() string {
 // workload wl: it removes sluice's scheduling gate (other gates stay),
 // adds info's node selector entries and tolerations (those the pod lacks),
 // and sets info's labels and annotations plus the pod set label and the
-// workload's name and uid annotations. A JSON patch costs the API server
+// annotations naming the workload, its uid and the reservation. A JSON patch costs the API server
 // far less to apply than a strategic merge patch. It tests the pod's uid
 // (a newer pod of the same name fails it) and the gate at its index; when
 // it adds a whole map or list the pod lacks, it also tests the pod's
 // resourceVersion, so it never replaces what someone added meanwhile. A
 // failed test fails the patch, and the retry starts from the newer pod. A
 // node selector entry that contradicts the pod's own is a *ConflictError.
-func Ungate(pod *corev1.Pod, info *sluicev1.PodSetInfo, wl *sluicev1.WorkloadRef) ([]byte, error) {
+func Ungate(pod *corev1.Pod, info *sluicev1.PodSetInfo, wl *sluicev1.WorkloadRef, reservation string) ([]byte, error) {
 	ops := uidTest(pod)
 	ops, gated := appendRemoveGate(ops, pod.Spec.SchedulingGates)
 	if !gated {
@@ -94,6 +94,9 @@ func Ungate(pod *corev1.Pod, info *sluicev1.PodSetInfo, wl *sluicev1.WorkloadRef
 	annotations[podkeys.WorkloadAnnotation] = wl.GetName()
 	if uid := wl.GetUid(); uid != "" {
 		annotations[podkeys.WorkloadUIDAnnotation] = uid
+	}
+	if reservation != "" {
+		annotations[podkeys.ReservationAnnotation] = reservation
 	}
 	ops, w = appendMapAdds(ops, "/metadata/labels", pod.Labels, labels)
 	whole = whole || w

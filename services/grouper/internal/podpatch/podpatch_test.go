@@ -113,7 +113,7 @@ func TestUngate(t *testing.T) {
 			if tt.mutatePod != nil {
 				tt.mutatePod(pod)
 			}
-			patch, err := Ungate(pod, tt.info, &sluicev1.WorkloadRef{Name: "pod-p-abcde", Uid: "wl-uid"})
+			patch, err := Ungate(pod, tt.info, &sluicev1.WorkloadRef{Name: "pod-p-abcde", Uid: "wl-uid"}, "")
 			if err != nil {
 				t.Fatalf("Ungate: %v", err)
 			}
@@ -177,13 +177,14 @@ func TestUngateAddsWholeMapsGuarded(t *testing.T) {
 		Tolerations: []*sluicev1.Toleration{{Key: "gpu", Operator: "Exists"}},
 		Labels:      map[string]string{"example.com/flavor": "spot~1"},
 	}
-	patch, err := Ungate(pod, info, &sluicev1.WorkloadRef{Name: "w", Uid: "wl-uid"})
+	patch, err := Ungate(pod, info, &sluicev1.WorkloadRef{Name: "w", Uid: "wl-uid"}, "r-1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := applyJSON(t, pod, patch)
 	if got.Spec.NodeSelector["zone"] != "a" || len(got.Spec.Tolerations) != 1 || got.Labels["example.com/flavor"] != "spot~1" ||
-		got.Labels[podkeys.PodSetLabel] != "main" || got.Annotations[podkeys.WorkloadUIDAnnotation] != "wl-uid" || HasGate(got) {
+		got.Labels[podkeys.PodSetLabel] != "main" || got.Annotations[podkeys.WorkloadUIDAnnotation] != "wl-uid" ||
+		got.Annotations[podkeys.ReservationAnnotation] != "r-1" || HasGate(got) {
 		t.Fatalf("ungated pod: labels %v annotations %v selector %v tolerations %v gates %v",
 			got.Labels, got.Annotations, got.Spec.NodeSelector, got.Spec.Tolerations, got.Spec.SchedulingGates)
 	}
@@ -197,7 +198,7 @@ func TestUngateAddsWholeMapsGuarded(t *testing.T) {
 func TestUngateEscapesKeys(t *testing.T) {
 	pod := gatedPod()
 	info := &sluicev1.PodSetInfo{Name: "main", Labels: map[string]string{"a/b~c": "v"}, NodeSelector: map[string]string{"topology.kubernetes.io/zone": "z"}}
-	patch, err := Ungate(pod, info, &sluicev1.WorkloadRef{Name: "w"})
+	patch, err := Ungate(pod, info, &sluicev1.WorkloadRef{Name: "w"}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +209,7 @@ func TestUngateEscapesKeys(t *testing.T) {
 }
 
 func TestUngateNodeSelectorConflict(t *testing.T) {
-	_, err := Ungate(gatedPod(), &sluicev1.PodSetInfo{Name: "main", NodeSelector: map[string]string{"disk": "hdd"}}, &sluicev1.WorkloadRef{Name: "w"})
+	_, err := Ungate(gatedPod(), &sluicev1.PodSetInfo{Name: "main", NodeSelector: map[string]string{"disk": "hdd"}}, &sluicev1.WorkloadRef{Name: "w"}, "")
 	var conflict *ConflictError
 	if !errors.As(err, &conflict) {
 		t.Fatalf("Ungate error = %v, want a *ConflictError", err)

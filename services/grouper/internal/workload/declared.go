@@ -69,10 +69,14 @@ func DeclaredRole(pod *corev1.Pod) (string, error) {
 }
 
 // fromTemplate is a pod shaped like a declared template, to build its pod
-// set the way a real pod's is built.
+// set the way a real pod's is built. A role hash the template names is
+// dropped: the set's is computed from the template's spec, since pods that
+// hash like their set run in it without asking to join, and a hash of the
+// user's choosing would let pods of another shape pass for the role.
 func fromTemplate(namespace string, t *corev1.PodTemplateSpec) *corev1.Pod {
 	pod := &corev1.Pod{ObjectMeta: *t.ObjectMeta.DeepCopy(), Spec: *t.Spec.DeepCopy()}
 	pod.Namespace = namespace
+	delete(pod.Annotations, podkeys.RoleHashAnnotation)
 	return pod
 }
 

@@ -192,9 +192,28 @@ func RoleHash(pod *corev1.Pod) (string, error) {
 	return hash, nil
 }
 
-// podSetFor builds a pod set of count pods shaped like pod.
+// currentRoleHash is the role hash of pod's spec as it is now. The
+// webhook's annotation is that of the spec it created; a gated pod's node
+// selector, tolerations and affinity may have changed since, which the
+// API server counts in metadata.generation (1 at creation): only then is
+// the hash computed again. An API server that does not count (0) is
+// trusted to have the spec the annotation was computed from.
+func currentRoleHash(pod *corev1.Pod) (string, error) {
+	if pod.Generation <= 1 {
+		return RoleHash(pod)
+	}
+	hash, err := rolehash.Compute(&pod.Spec)
+	if err != nil {
+		return "", fmt.Errorf("pod %s/%s: role hash: %w", pod.Namespace, pod.Name, err)
+	}
+	return hash, nil
+}
+
+// podSetFor builds a pod set of count pods shaped like pod. Its role hash
+// is that of pod's spec as it is now: a pod runs in the set only if it
+// hashes the same when it is ungated.
 func podSetFor(name string, count int32, pod *corev1.Pod) (*sluicev1.PodSet, error) {
-	hash, err := RoleHash(pod)
+	hash, err := currentRoleHash(pod)
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 
 	sluicev1 "github.com/sluice-dev/sluice/gen/sluice/v1"
 	"github.com/sluice-dev/sluice/pkg/podkeys"
+	"github.com/sluice-dev/sluice/pkg/rolehash"
 )
 
 func TestSinglePodName(t *testing.T) {
@@ -220,6 +221,48 @@ func TestForSinglePodComputesMissingRoleHash(t *testing.T) {
 	}
 	if h := w.GetPodSets()[0].GetRoleHash(); len(h) == 0 {
 		t.Errorf("role hash is empty, want one computed from the spec")
+	}
+}
+
+// TestPodSetRoleHashOfAChangedPod: a pod set's role hash is that of the
+// pod's spec as it is when the set is built. Unchanged since its creation
+// (generation 1, or an API server that does not count), the webhook's
+// annotation is that; a pod changed since is hashed again.
+func TestPodSetRoleHashOfAChangedPod(t *testing.T) {
+	for _, tt := range []struct {
+		generation int64
+		want       func(*corev1.Pod) string
+	}{
+		{0, func(*corev1.Pod) string { return "abcd1234" }},
+		{1, func(*corev1.Pod) string { return "abcd1234" }},
+		{2, func(p *corev1.Pod) string {
+			h, err := rolehash.Compute(&p.Spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return h
+		}},
+	} {
+		p := pod("p", func(p *corev1.Pod) {
+			p.Generation = tt.generation
+			p.Spec.NodeSelector = map[string]string{"zone": "b"} // since the webhook's hash
+		})
+		w, err := ForSinglePod(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := w.GetPodSets()[0].GetRoleHash(), tt.want(p); got != want {
+			t.Errorf("generation %d: role hash %s, want %s", tt.generation, got, want)
+		}
+		// The pod set's name in a group stays the role the pod was created
+		// in: its annotation.
+		g, err := ForGroup("ns", "g", []*corev1.Pod{p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ps := g.GetPodSets()[0]; ps.GetName() != "abcd1234" || ps.GetRoleHash() != tt.want(p) {
+			t.Errorf("generation %d: group pod set %s with role hash %s, want abcd1234 with %s", tt.generation, ps.GetName(), ps.GetRoleHash(), tt.want(p))
+		}
 	}
 }
 
