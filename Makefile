@@ -107,7 +107,7 @@ lint:
 .PHONY: unit
 unit: ## Unit tests (no control plane; every fuzz target's seed corpus), and one pass of each micro-benchmark so they keep working.
 	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v -e /test/)
-	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x ./services/admitter/internal/scheduler/
+	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x ./services/admitter/internal/scheduler/ ./services/grouper/internal/fit/
 	$(GO) test $(TEST_FLAGS) -tags sluice_crashpoints ./pkg/crashpoint/
 
 # The fuzz targets, each fuzzed for FUZZTIME by `make fuzz`. `make test`
@@ -139,6 +139,7 @@ e2e: cluster-build build examples-deps ## End-to-end tests: the four services as
 bench: cluster-build build ## Burst pods through a running system (throughput, writes per pod), and time a scheduling cycle.
 	$(GO) test -count=1 -timeout=30m -run '^$$' -bench . -benchtime 1x ./test/bench/...
 	$(GO) test -count=1 -run '^$$' -bench Cycle -benchmem -benchtime 2000x ./services/admitter/internal/scheduler/
+	$(GO) test -count=1 -run '^$$' -bench Check -benchmem -benchtime 20000x ./services/grouper/internal/fit/
 
 .PHONY: help
 help:

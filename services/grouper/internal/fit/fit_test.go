@@ -191,3 +191,22 @@ func TestExplainWithoutTheWorkload(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkCheck is the fit check's cost on the ungate path: one role hash
+// of a pod that fits.
+func BenchmarkCheck(b *testing.B) {
+	pod := admittedPod()
+	hash, err := rolehash.Compute(&pod.Spec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	d := &admitterv1.Decision{QueueName: "user-queue", Priority: ptr.To[int32](0),
+		PodSetRoleHashes: map[string]string{workload.SinglePodSetName: hash}}
+	b.ReportAllocs()
+	for b.Loop() {
+		v, err := Check(pod, d, workload.SinglePodSetName, true)
+		if err != nil || !v.Fits() {
+			b.Fatalf("Check = %+v, %v; want a fit", v, err)
+		}
+	}
+}
