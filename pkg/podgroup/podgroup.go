@@ -100,10 +100,14 @@ func Active(pod *corev1.Pod) bool {
 	return pod.DeletionTimestamp == nil || pod.Spec.NodeName != ""
 }
 
+// Ended reports whether pod terminated: it succeeded or failed.
+func Ended(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
 // Released reports whether pod ended and sluice's finalizer is off it:
 // sluice is done with it, and it belongs to a run of its group that is
 // over.
 func Released(pod *corev1.Pod) bool {
-	ended := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
-	return ended && !slices.Contains(pod.Finalizers, podkeys.ManagedFinalizer)
+	return Ended(pod) && !slices.Contains(pod.Finalizers, podkeys.ManagedFinalizer)
 }

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/utils/ptr"
 
 	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
@@ -59,10 +60,7 @@ func decisionFor(wl *v1alpha1.Workload) *admitterv1.Decision {
 		// pod changed since its pod set was built, or moved to another
 		// queue, does not run on this admission.
 		d.QueueName = wl.Spec.QueueName
-		d.Priority = new(int32)
-		if wl.Spec.Priority != nil {
-			*d.Priority = *wl.Spec.Priority
-		}
+		d.Priority = ptr.To(workload.Priority(wl))
 		for _, ps := range wl.Spec.PodSets {
 			if ps.Template.RoleHash == "" {
 				continue

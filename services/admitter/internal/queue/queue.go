@@ -9,15 +9,8 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
+	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
 )
-
-// Priority is the workload's priority (zero when unset).
-func Priority(wl *v1alpha1.Workload) int32 {
-	if wl.Spec.Priority == nil {
-		return 0
-	}
-	return *wl.Spec.Priority
-}
 
 // QueuedSince is the time the workload's place in line counts from: its
 // creation, or its last requeue after an eviction.
@@ -33,7 +26,7 @@ func QueuedSince(wl *v1alpha1.Workload) time.Time {
 // the same priority and an earlier QueuedSince; namespace and name break
 // ties so the order is total.
 func Compare(a, b *v1alpha1.Workload) int {
-	if c := cmp.Compare(Priority(b), Priority(a)); c != 0 {
+	if c := cmp.Compare(workload.Priority(b), workload.Priority(a)); c != 0 {
 		return c
 	}
 	if c := QueuedSince(a).Compare(QueuedSince(b)); c != 0 {

@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 	"github.com/sluice-dev/sluice/services/admitter/internal/queue"
 	"github.com/sluice-dev/sluice/services/admitter/internal/quota"
+	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
 )
 
 // MaxTriesPerCycle bounds the heads one cycle tries, so a queue woken with
@@ -63,7 +64,7 @@ type candidate struct {
 // then the ones that fit without borrowing, then the longest waiting, then
 // by name so the order is total.
 func compareCandidates(a, b candidate) int {
-	if c := cmp.Compare(queue.Priority(b.e.wl), queue.Priority(a.e.wl)); c != 0 {
+	if c := cmp.Compare(workload.Priority(b.e.wl), workload.Priority(a.e.wl)); c != 0 {
 		return c
 	}
 	if a.asg.Borrowing != b.asg.Borrowing {
@@ -223,7 +224,7 @@ func (s *Scheduler) drainMessages(plan *Plan) {
 // assume counts c's reservation as if written.
 func (s *Scheduler) assume(c candidate) {
 	s.unplace(c.e)
-	s.reserve(c.e, c.cq, c.asg.Usage)
+	s.reserve(c.e, c.cq.name, c.asg.Usage)
 	c.e.assumed = true
 }
 

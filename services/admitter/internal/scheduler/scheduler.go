@@ -284,7 +284,7 @@ func (s *Scheduler) place(e *entry) {
 		s.retired[e.key] = mark{wl.UID, wl.ResourceVersion}
 		return
 	case wl.Status.Admission != nil:
-		s.reserve(e, s.clusterQueues[wl.Status.Admission.ClusterQueue], quota.WorkloadUsage(wl))
+		s.reserve(e, wl.Status.Admission.ClusterQueue, quota.WorkloadUsage(wl))
 		return
 	case !workload.IsActive(wl) || e.fp.deleting:
 		return
@@ -329,28 +329,14 @@ func (s *Scheduler) place(e *entry) {
 func (s *Scheduler) keepAssumed(e *entry) {
 	name, usage := e.admittedIn, e.usage
 	s.unplace(e)
-	cq := s.clusterQueues[name]
-	s.reserve(e, cq, usage)
-	if cq == nil {
-		// The ClusterQueue went meanwhile: the reservation is still
-		// counted under its name, to be found when it comes back.
-		if m := s.byAdmission[e.admittedIn]; m != nil {
-			delete(m, e.key)
-			if len(m) == 0 {
-				delete(s.byAdmission, e.admittedIn)
-			}
-		}
-		e.admittedIn = name
-		if s.byAdmission[name] == nil {
-			s.byAdmission[name] = map[types.NamespacedName]*entry{}
-		}
-		s.byAdmission[name][e.key] = e
-	}
+	s.reserve(e, name, usage)
 }
 
-// reserve counts e as holding usage in cq (which may not exist: then only
-// its LocalQueue counts it).
-func (s *Scheduler) reserve(e *entry, cq *clusterQueue, usage quota.Usage) {
+// reserve counts e as holding usage in ClusterQueue name (which may not
+// exist: then only its LocalQueue counts it, and the reservation is found
+// under the name when the queue comes).
+func (s *Scheduler) reserve(e *entry, name string, usage quota.Usage) {
+	cq := s.clusterQueues[name]
 	kind := countReserving
 	if e.fp.admitted {
 		kind = countAdmitted
@@ -361,11 +347,7 @@ func (s *Scheduler) reserve(e *entry, cq *clusterQueue, usage quota.Usage) {
 		e.countsInLQ, e.lqCounted = true, kind
 		lq.counts.add(kind)
 	}
-	if a := e.wl.Status.Admission; a != nil {
-		e.admittedIn = a.ClusterQueue
-	} else if cq != nil {
-		e.admittedIn = cq.name
-	}
+	e.admittedIn = name
 	m := s.byAdmission[e.admittedIn]
 	if m == nil {
 		m = map[types.NamespacedName]*entry{}

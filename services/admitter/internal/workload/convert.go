@@ -147,9 +147,7 @@ func ToChecks(wl *v1alpha1.Workload, flavors map[string]*v1alpha1.ResourceFlavor
 		PriorityClassName: wl.Spec.PriorityClassName,
 		CreateTime:        timestamppb.New(wl.CreationTimestamp.Time),
 	}
-	if wl.Spec.Priority != nil {
-		out.Priority = *wl.Spec.Priority
-	}
+	out.Priority = Priority(wl)
 	assignments := map[string]v1alpha1.PodSetAssignment{}
 	if wl.Status.Admission != nil {
 		out.ClusterQueue = wl.Status.Admission.ClusterQueue

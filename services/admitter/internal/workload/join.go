@@ -69,15 +69,11 @@ func CheckJoin(wl *v1alpha1.Workload, j Join) error {
 			j.Pod, j.PodSet, wl.Name, over))
 	}
 	if s := j.Scheduling; s != nil {
-		var priority int32
-		if wl.Spec.Priority != nil {
-			priority = *wl.Spec.Priority
-		}
 		var diffs []podshape.Difference
 		for _, d := range []*podshape.Difference{
 			podshape.NodeSelector(s.NodeSelector, tmpl.NodeSelector),
 			podshape.Tolerations(s.Tolerations, tmpl.Tolerations),
-			podshape.Priority(s.Priority, priority),
+			podshape.Priority(s.Priority, Priority(wl)),
 		} {
 			if d != nil {
 				diffs = append(diffs, *d)

@@ -58,6 +58,14 @@ func InCheckPhase(wl *v1alpha1.Workload) bool {
 	return HasReservation(wl) && !IsAdmitted(wl) && !IsFinished(wl) && !IsEvicting(wl) && !IsDeleting(wl)
 }
 
+// Priority is the workload's priority (zero when unset).
+func Priority(wl *v1alpha1.Workload) int32 {
+	if wl.Spec.Priority == nil {
+		return 0
+	}
+	return *wl.Spec.Priority
+}
+
 // ReservationID is the id of the workload's current reservation; empty
 // without one.
 func ReservationID(wl *v1alpha1.Workload) string {

@@ -154,7 +154,7 @@ func (r *Reconciler) groupMember(ctx context.Context, pod *corev1.Pod, key workl
 	if hasDecision && stopping(d) {
 		defer r.stopQ.Add(key)
 	}
-	ended := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+	ended := podgroup.Ended(pod)
 	neverRan := pod.DeletionTimestamp != nil && (podpatch.HasGate(pod) || pod.Spec.NodeName == "")
 	loss := gateLossOf(pod, st.ungated)
 
@@ -486,7 +486,7 @@ func (r *Reconciler) join(ctx context.Context, key workload.Key, ref *sluicev1.W
 			Scheduling: &admitterv1.PodScheduling{
 				NodeSelector: pod.Spec.NodeSelector,
 				Tolerations:  podset.TolerationsToProto(pod.Spec.Tolerations),
-				Priority:     fit.Priority(pod),
+				Priority:     workload.Priority(pod),
 			}},
 	})
 	switch {

@@ -13,6 +13,7 @@ import (
 	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
 	sluicev1 "github.com/sluice-dev/sluice/gen/sluice/v1"
 	"github.com/sluice-dev/sluice/pkg/crashpoint"
+	"github.com/sluice-dev/sluice/pkg/podgroup"
 	"github.com/sluice-dev/sluice/services/grouper/internal/podpatch"
 	"github.com/sluice-dev/sluice/services/grouper/internal/workload"
 )
@@ -102,7 +103,7 @@ func (r *Reconciler) checkStopped(ctx context.Context, key workload.Key) error {
 		if !stoppedFor(pod, d) || (podpatch.HasGate(pod) && r.alreadyUngated(pod)) {
 			return nil // its own reconcile wakes this check again
 		}
-		if podpatch.HasGate(pod) && !ended(pod) {
+		if podpatch.HasGate(pod) && !podgroup.Ended(pod) {
 			gated = append(gated, pod)
 		}
 	}
@@ -146,15 +147,11 @@ func (r *Reconciler) confirmGated(ctx context.Context, pods []*corev1.Pod) error
 	return nil
 }
 
-func ended(pod *corev1.Pod) bool {
-	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
-}
-
 // stoppedFor reports whether pod no longer stands in the way of the stop
 // decision d asks for. Gated pods wait out an eviction, and the deletion
 // of a pod group's finished workload (they are a later run of the group).
 func stoppedFor(pod *corev1.Pod, d *admitterv1.Decision) bool {
-	if ended(pod) {
+	if podgroup.Ended(pod) {
 		return !podpatch.HasFinalizer(pod)
 	}
 	if d.GetAction() == admitterv1.Decision_ACTION_EVICT || (d.GetFinished() && workload.IsGroupMember(pod)) {

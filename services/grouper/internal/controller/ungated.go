@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/sluice-dev/sluice/pkg/podgroup"
 	"github.com/sluice-dev/sluice/pkg/podkeys"
 	"github.com/sluice-dev/sluice/services/grouper/internal/metrics"
 	"github.com/sluice-dev/sluice/services/grouper/internal/podpatch"
@@ -57,8 +58,7 @@ func gateLossOf(pod *corev1.Pod, ungatedBySluice bool) gateLoss {
 // liveManaged reports whether pod carries the managed label, has not
 // ended and is not being deleted.
 func liveManaged(pod *corev1.Pod) bool {
-	ended := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
-	return pod.Labels[podkeys.ManagedLabel] == podkeys.ManagedLabelValue && !ended && pod.DeletionTimestamp == nil
+	return pod.Labels[podkeys.ManagedLabel] == podkeys.ManagedLabelValue && !podgroup.Ended(pod) && pod.DeletionTimestamp == nil
 }
 
 // gatedBySluice reports whether sluice's webhook gated pod: it stamps

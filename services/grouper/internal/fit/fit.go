@@ -80,7 +80,7 @@ func Check(pod *corev1.Pod, d *admitterv1.Decision, podSet string, priority bool
 		}
 	}
 	if priority && d.Priority != nil {
-		if diff := podshape.Priority(Priority(pod), d.GetPriority()); diff != nil {
+		if diff := podshape.Priority(workload.Priority(pod), d.GetPriority()); diff != nil {
 			v.Problem = diff
 			return v, nil
 		}
@@ -93,14 +93,6 @@ func Check(pod *corev1.Pod, d *admitterv1.Decision, podSet string, priority bool
 	}
 	v.Hash = hash
 	return v, nil
-}
-
-// Priority is a pod's spec.priority, 0 when unset.
-func Priority(pod *corev1.Pod) int32 {
-	if pod.Spec.Priority == nil {
-		return 0
-	}
-	return *pod.Spec.Priority
 }
 
 // Explain says why pod does not fit as v says. For a pod shaped otherwise

@@ -101,17 +101,13 @@ func ForSinglePod(pod *corev1.Pod) (*sluicev1.Workload, error) {
 	if err != nil {
 		return nil, err
 	}
-	var priority int32
-	if pod.Spec.Priority != nil {
-		priority = *pod.Spec.Priority
-	}
 	return &sluicev1.Workload{
 		Ref: &sluicev1.WorkloadRef{
 			Namespace: pod.Namespace,
 			Name:      SinglePodName(pod.Name, string(pod.UID)),
 		},
 		QueueName:         queue,
-		Priority:          priority,
+		Priority:          Priority(pod),
 		PriorityClassName: pod.Spec.PriorityClassName,
 		PodSets:           []*sluicev1.PodSet{set},
 		Owners:            []*sluicev1.OwnerReference{{Name: pod.Name, Uid: string(pod.UID), Controller: true}},
@@ -163,19 +159,23 @@ func ForGroup(namespace, name string, pods []*corev1.Pod) (*sluicev1.Workload, e
 // (sorted by name here); the queue, priority and trace come from first.
 func groupWorkload(namespace, name string, first *corev1.Pod, sets []*sluicev1.PodSet) *sluicev1.Workload {
 	slices.SortFunc(sets, func(a, b *sluicev1.PodSet) int { return strings.Compare(a.GetName(), b.GetName()) })
-	var priority int32
-	if first.Spec.Priority != nil {
-		priority = *first.Spec.Priority
-	}
 	return &sluicev1.Workload{
 		Ref:               &sluicev1.WorkloadRef{Namespace: namespace, Name: name},
 		QueueName:         first.Labels[podkeys.QueueNameLabel],
-		Priority:          priority,
+		Priority:          Priority(first),
 		PriorityClassName: first.Spec.PriorityClassName,
 		PodSets:           sets,
 		Traceparent:       first.Annotations[podkeys.TraceparentAnnotation],
 		PodGroup:          name,
 	}
+}
+
+// Priority is the pod's spec.priority, 0 when unset.
+func Priority(pod *corev1.Pod) int32 {
+	if pod.Spec.Priority == nil {
+		return 0
+	}
+	return *pod.Spec.Priority
 }
 
 // RoleHash returns the pod's role hash: the webhook's annotation, or, for

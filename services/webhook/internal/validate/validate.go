@@ -132,7 +132,7 @@ func Update(old, pod *corev1.Pod) field.ErrorList {
 	}
 
 	oldQueue, newQueue := old.Labels[podkeys.QueueNameLabel], pod.Labels[podkeys.QueueNameLabel]
-	if oldQueue != newQueue && !gated(old) && !finished(old) {
+	if oldQueue != newQueue && !gated(old) && !podgroup.Ended(old) {
 		errs = append(errs, field.Invalid(queueNamePath, newQueue, DetailQueueImmutable))
 	}
 
@@ -293,9 +293,4 @@ func gated(pod *corev1.Pod) bool {
 		}
 	}
 	return false
-}
-
-// finished reports whether the pod has terminated.
-func finished(pod *corev1.Pod) bool {
-	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 }
