@@ -263,9 +263,28 @@ func (w *Writer) reportOnce(ctx context.Context, key types.NamespacedName, p Pro
 		crashpoint.Hit("admitter/progress")
 	}
 	if p.Stopped {
-		return w.stoppedLocked(ctx, w.cfg.Store.Get(key), p.StoppedReservation)
+		target, err := w.stopTarget(ctx, key)
+		if err != nil {
+			return err // the grouper reports again
+		}
+		return w.stoppedLocked(ctx, target, p.StoppedReservation)
 	}
 	return nil
+}
+
+// stopTarget is the version of the workload a stop report acts on: the
+// store's, unless the store shows neither a deletion nor an eviction — the
+// report answers a decision, and the deletion behind it may have been made
+// by another client a moment ago, before the informer brought it. Then the
+// API server's. A report acted on against a stale version would be lost:
+// the grouper reports a stop once (and again only after an error). Call
+// it under the workload's lock.
+func (w *Writer) stopTarget(ctx context.Context, key types.NamespacedName) (*v1alpha1.Workload, error) {
+	cur := w.cfg.Store.Get(key)
+	if cur == nil || workload.IsDeleting(cur) || workload.IsEvicting(cur) {
+		return cur, nil
+	}
+	return w.current(ctx, key, true)
 }
 
 // stoppedLocked acts on the grouper's word that no pod of wl runs: an
