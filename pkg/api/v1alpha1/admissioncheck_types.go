@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // FailurePolicy says what a provider that cannot be reached means.
@@ -146,6 +147,37 @@ type AdmissionCheckStatus struct {
 	// provider is what the provider said of itself.
 	// +optional
 	Provider *ProviderInfo `json:"provider,omitempty"`
+
+	// owedReleases are Releases that deleted Workloads owed this check's
+	// provider when their deletion could wait for it no longer. The
+	// admitter delivers them when the provider answers again and then
+	// removes them. While the list is full, deletions wait for the
+	// provider.
+	// +optional
+	// +listType=map
+	// +listMapKey=uid
+	// +listMapKey=reservationID
+	// +kubebuilder:validation:MaxItems=1000
+	OwedReleases []OwedRelease `json:"owedReleases,omitempty"`
+}
+
+// OwedRelease is a Release owed for a Workload that is gone.
+type OwedRelease struct {
+	// namespace of the Workload.
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace"`
+	// name of the Workload.
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// uid of the Workload.
+	UID types.UID `json:"uid"`
+	// reservationID of the reservation released.
+	// +kubebuilder:validation:MaxLength=64
+	ReservationID string `json:"reservationID"`
+	// reason the reservation was given up.
+	Reason ReleaseReason `json:"reason"`
+	// since is when the Workload's deletion stopped waiting for it.
+	Since metav1.Time `json:"since"`
 }
 
 // ProviderInfo is a provider's identity.
@@ -163,6 +195,11 @@ type ProviderInfo struct {
 	// +optional
 	// +listType=set
 	Capabilities []string `json:"capabilities,omitempty"`
+	// contractRevision is the revision of sluice.checks.v1 the provider is
+	// written against; the admitter sends it only what that revision
+	// knows. 1 is the first release.
+	// +optional
+	ContractRevision int32 `json:"contractRevision,omitempty"`
 }
 
 // AdmissionCheck condition types.

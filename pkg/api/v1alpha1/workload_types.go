@@ -157,7 +157,7 @@ type PendingRelease struct {
 	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
 	// reservationID of the reservation released; the provider sees the
-	// evaluation key "<workload uid>/<reservationID>".
+	// evaluation key "<workload uid>/<reservationID>/<check name>".
 	// +kubebuilder:validation:MaxLength=64
 	ReservationID string `json:"reservationID"`
 	// reason the reservation was given up.

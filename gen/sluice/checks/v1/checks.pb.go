@@ -47,6 +47,17 @@
 //   - label value: empty, or at most 63 characters of letters, digits, '-',
 //     '_' and '.', starting and ending with a letter or digit.
 //
+// Revisions: v1 grows only by additions, and each addition that brings a
+// rule belongs to a numbered revision (ContractRevision). A provider
+// declares the revision it is written against in
+// GetProviderInfoResponse.contract_revision; one that sets nothing is of
+// revision 1, the first release. The caller sends a provider only what
+// the revision it declares knows (a field of a later revision stays
+// unset), and the conformance kit holds it to the rules of that revision:
+// rules of later revisions it breaks are reported as warnings, not
+// failures. Declaring a later revision is the provider's promise to keep
+// its rules too.
+//
 // Errors: a gRPC error means "no answer", never "no". The caller treats
 //   INVALID_ARGUMENT, UNIMPLEMENTED          as final for this request and
 //                                            reports them on the workload;
@@ -83,6 +94,74 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+// ContractRevision numbers the additions to sluice.checks.v1 that bring
+// rules. Each revision includes the rules of those before it.
+type ContractRevision int32
+
+const (
+	// CONTRACT_REVISION_UNSPECIFIED means CONTRACT_REVISION_1.
+	ContractRevision_CONTRACT_REVISION_UNSPECIFIED ContractRevision = 0
+	// CONTRACT_REVISION_1 is the first release: the four calls of
+	// IdentityService and CheckService, Evaluate without evaluation_key or
+	// workload answered INVALID_ARGUMENT, and keepalive pings permitted.
+	ContractRevision_CONTRACT_REVISION_1 ContractRevision = 1
+	// CONTRACT_REVISION_2 adds the request rules: every request that breaks
+	// one of the rules under "Requests" above (a workload without namespace
+	// or name, a pod set without a name or named twice, an evaluation_key
+	// over 512 bytes, a Release without evaluation_key) is answered
+	// INVALID_ARGUMENT; and one evaluation key per check and reservation,
+	// so two AdmissionChecks served by one provider are answered
+	// independently.
+	ContractRevision_CONTRACT_REVISION_2 ContractRevision = 2
+	// CONTRACT_REVISION_3 adds EvaluateRequest.admitted and its rule: an
+	// evaluation of an admitted workload is never answered worse for what
+	// the provider holds for workloads that are not admitted.
+	ContractRevision_CONTRACT_REVISION_3 ContractRevision = 3
+)
+
+// Enum value maps for ContractRevision.
+var (
+	ContractRevision_name = map[int32]string{
+		0: "CONTRACT_REVISION_UNSPECIFIED",
+		1: "CONTRACT_REVISION_1",
+		2: "CONTRACT_REVISION_2",
+		3: "CONTRACT_REVISION_3",
+	}
+	ContractRevision_value = map[string]int32{
+		"CONTRACT_REVISION_UNSPECIFIED": 0,
+		"CONTRACT_REVISION_1":           1,
+		"CONTRACT_REVISION_2":           2,
+		"CONTRACT_REVISION_3":           3,
+	}
+)
+
+func (x ContractRevision) Enum() *ContractRevision {
+	p := new(ContractRevision)
+	*p = x
+	return p
+}
+
+func (x ContractRevision) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ContractRevision) Descriptor() protoreflect.EnumDescriptor {
+	return file_sluice_checks_v1_checks_proto_enumTypes[0].Descriptor()
+}
+
+func (ContractRevision) Type() protoreflect.EnumType {
+	return &file_sluice_checks_v1_checks_proto_enumTypes[0]
+}
+
+func (x ContractRevision) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ContractRevision.Descriptor instead.
+func (ContractRevision) EnumDescriptor() ([]byte, []int) {
+	return file_sluice_checks_v1_checks_proto_rawDescGZIP(), []int{0}
+}
 
 // Capability is an optional behaviour of a provider.
 type Capability int32
@@ -128,11 +207,11 @@ func (x Capability) String() string {
 }
 
 func (Capability) Descriptor() protoreflect.EnumDescriptor {
-	return file_sluice_checks_v1_checks_proto_enumTypes[0].Descriptor()
+	return file_sluice_checks_v1_checks_proto_enumTypes[1].Descriptor()
 }
 
 func (Capability) Type() protoreflect.EnumType {
-	return &file_sluice_checks_v1_checks_proto_enumTypes[0]
+	return &file_sluice_checks_v1_checks_proto_enumTypes[1]
 }
 
 func (x Capability) Number() protoreflect.EnumNumber {
@@ -141,7 +220,7 @@ func (x Capability) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Capability.Descriptor instead.
 func (Capability) EnumDescriptor() ([]byte, []int) {
-	return file_sluice_checks_v1_checks_proto_rawDescGZIP(), []int{0}
+	return file_sluice_checks_v1_checks_proto_rawDescGZIP(), []int{1}
 }
 
 // State is a check's answer.
@@ -190,11 +269,11 @@ func (x State) String() string {
 }
 
 func (State) Descriptor() protoreflect.EnumDescriptor {
-	return file_sluice_checks_v1_checks_proto_enumTypes[1].Descriptor()
+	return file_sluice_checks_v1_checks_proto_enumTypes[2].Descriptor()
 }
 
 func (State) Type() protoreflect.EnumType {
-	return &file_sluice_checks_v1_checks_proto_enumTypes[1]
+	return &file_sluice_checks_v1_checks_proto_enumTypes[2]
 }
 
 func (x State) Number() protoreflect.EnumNumber {
@@ -203,7 +282,7 @@ func (x State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use State.Descriptor instead.
 func (State) EnumDescriptor() ([]byte, []int) {
-	return file_sluice_checks_v1_checks_proto_rawDescGZIP(), []int{1}
+	return file_sluice_checks_v1_checks_proto_rawDescGZIP(), []int{2}
 }
 
 // TolerationOperator relates a toleration's key and value.
@@ -244,11 +323,11 @@ func (x TolerationOperator) String() string {
 }
 
 func (TolerationOperator) Descriptor() protoreflect.EnumDescriptor {
-	return file_sluice_checks_v1_checks_proto_enumTypes[2].Descriptor()
+	return file_sluice_checks_v1_checks_proto_enumTypes[3].Descriptor()
 }
 
 func (TolerationOperator) Type() protoreflect.EnumType {
-	return &file_sluice_checks_v1_checks_proto_enumTypes[2]
+	return &file_sluice_checks_v1_checks_proto_enumTypes[3]
 }
 
 func (x TolerationOperator) Number() protoreflect.EnumNumber {
@@ -257,7 +336,7 @@ func (x TolerationOperator) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TolerationOperator.Descriptor instead.
 func (TolerationOperator) EnumDescriptor() ([]byte, []int) {
-	return file_sluice_checks_v1_checks_proto_rawDescGZIP(), []int{2}
+	return file_sluice_checks_v1_checks_proto_rawDescGZIP(), []int{3}
 }
 
 // TaintEffect is the effect of a taint a toleration matches.
@@ -301,11 +380,11 @@ func (x TaintEffect) String() string {
 }
 
 func (TaintEffect) Descriptor() protoreflect.EnumDescriptor {
-	return file_sluice_checks_v1_checks_proto_enumTypes[3].Descriptor()
+	return file_sluice_checks_v1_checks_proto_enumTypes[4].Descriptor()
 }
 
 func (TaintEffect) Type() protoreflect.EnumType {
-	return &file_sluice_checks_v1_checks_proto_enumTypes[3]
+	return &file_sluice_checks_v1_checks_proto_enumTypes[4]
 }
 
 func (x TaintEffect) Number() protoreflect.EnumNumber {
@@ -314,7 +393,7 @@ func (x TaintEffect) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TaintEffect.Descriptor instead.
 func (TaintEffect) EnumDescriptor() ([]byte, []int) {
-	return file_sluice_checks_v1_checks_proto_rawDescGZIP(), []int{3}
+	return file_sluice_checks_v1_checks_proto_rawDescGZIP(), []int{4}
 }
 
 // ReleaseReason tells why a reservation is gone.
@@ -363,11 +442,11 @@ func (x ReleaseReason) String() string {
 }
 
 func (ReleaseReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_sluice_checks_v1_checks_proto_enumTypes[4].Descriptor()
+	return file_sluice_checks_v1_checks_proto_enumTypes[5].Descriptor()
 }
 
 func (ReleaseReason) Type() protoreflect.EnumType {
-	return &file_sluice_checks_v1_checks_proto_enumTypes[4]
+	return &file_sluice_checks_v1_checks_proto_enumTypes[5]
 }
 
 func (x ReleaseReason) Number() protoreflect.EnumNumber {
@@ -376,7 +455,7 @@ func (x ReleaseReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ReleaseReason.Descriptor instead.
 func (ReleaseReason) EnumDescriptor() ([]byte, []int) {
-	return file_sluice_checks_v1_checks_proto_rawDescGZIP(), []int{4}
+	return file_sluice_checks_v1_checks_proto_rawDescGZIP(), []int{5}
 }
 
 // GetProviderInfoRequest is empty.
@@ -433,9 +512,14 @@ type GetProviderInfoResponse struct {
 	// most once; CAPABILITY_UNSPECIFIED is never listed. A caller ignores
 	// values it does not know, so later versions of v1 can add capabilities
 	// without breaking older callers.
-	Capabilities  []Capability `protobuf:"varint,4,rep,packed,name=capabilities,proto3,enum=sluice.checks.v1.Capability" json:"capabilities,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Capabilities []Capability `protobuf:"varint,4,rep,packed,name=capabilities,proto3,enum=sluice.checks.v1.Capability" json:"capabilities,omitempty"`
+	// contract_revision is the revision of sluice.checks.v1 the provider is
+	// written against (see "Revisions" above). Unset means
+	// CONTRACT_REVISION_1. A caller treats a revision it does not know as
+	// the latest it knows.
+	ContractRevision ContractRevision `protobuf:"varint,5,opt,name=contract_revision,json=contractRevision,proto3,enum=sluice.checks.v1.ContractRevision" json:"contract_revision,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *GetProviderInfoResponse) Reset() {
@@ -494,6 +578,13 @@ func (x *GetProviderInfoResponse) GetCapabilities() []Capability {
 		return x.Capabilities
 	}
 	return nil
+}
+
+func (x *GetProviderInfoResponse) GetContractRevision() ContractRevision {
+	if x != nil {
+		return x.ContractRevision
+	}
+	return ContractRevision_CONTRACT_REVISION_UNSPECIFIED
 }
 
 // ProbeRequest is empty.
@@ -606,7 +697,25 @@ type EvaluateRequest struct {
 	// (do not parse it), at most 512 bytes, and required.
 	EvaluationKey string `protobuf:"bytes,3,opt,name=evaluation_key,json=evaluationKey,proto3" json:"evaluation_key,omitempty"`
 	// workload is what asks to start.
-	Workload      *Workload `protobuf:"bytes,4,opt,name=workload,proto3" json:"workload,omitempty"`
+	Workload *Workload `protobuf:"bytes,4,opt,name=workload,proto3" json:"workload,omitempty"`
+	// admitted is true when the workload was admitted on this reservation:
+	// every check answered READY and its pods may be running. The caller
+	// asks again about admitted workloads when it lost track (after its own
+	// or the provider's restart, a broken WatchChanges stream) or when the
+	// provider pushed the key. Sent only to providers of
+	// CONTRACT_REVISION_3 or later.
+	//
+	// The rule (CONTRACT_REVISION_3): whatever the provider holds for
+	// evaluations that are not admitted never makes its answer to an
+	// admitted one worse than it would be without them. A provider that
+	// shares out capacity counts admitted evaluations first, and gives way
+	// with those that are not admitted (changing their answer and pushing
+	// their keys on WatchChanges); so a provider that restarted and lost
+	// what it held never stops a running workload to make room for one
+	// that is waiting, whatever order the caller asks them again in. It may
+	// still answer an admitted evaluation RETRY or REJECTED for reasons of
+	// its own, such as a budget cut below what admitted workloads use.
+	Admitted      bool `protobuf:"varint,5,opt,name=admitted,proto3" json:"admitted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -667,6 +776,13 @@ func (x *EvaluateRequest) GetWorkload() *Workload {
 		return x.Workload
 	}
 	return nil
+}
+
+func (x *EvaluateRequest) GetAdmitted() bool {
+	if x != nil {
+		return x.Admitted
+	}
+	return false
 }
 
 // Workload is a unit of admission: pods that start together.
@@ -1395,16 +1511,17 @@ var File_sluice_checks_v1_checks_proto protoreflect.FileDescriptor
 const file_sluice_checks_v1_checks_proto_rawDesc = "" +
 	"\n" +
 	"\x1dsluice/checks/v1/checks.proto\x12\x10sluice.checks.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x18\n" +
-	"\x16GetProviderInfoRequest\"\xc3\x01\n" +
+	"\x16GetProviderInfoRequest\"\x94\x02\n" +
 	"\x17GetProviderInfoResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12%\n" +
 	"\x0evendor_version\x18\x02 \x01(\tR\rvendorVersion\x12+\n" +
 	"\x11contract_versions\x18\x03 \x03(\tR\x10contractVersions\x12@\n" +
-	"\fcapabilities\x18\x04 \x03(\x0e2\x1c.sluice.checks.v1.CapabilityR\fcapabilities\"\x0e\n" +
+	"\fcapabilities\x18\x04 \x03(\x0e2\x1c.sluice.checks.v1.CapabilityR\fcapabilities\x12O\n" +
+	"\x11contract_revision\x18\x05 \x01(\x0e2\".sluice.checks.v1.ContractRevisionR\x10contractRevision\"\x0e\n" +
 	"\fProbeRequest\"?\n" +
 	"\rProbeResponse\x12\x14\n" +
 	"\x05ready\x18\x01 \x01(\bR\x05ready\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xc8\x01\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xe4\x01\n" +
 	"\x0fEvaluateRequest\x12\x1d\n" +
 	"\n" +
 	"check_name\x18\x01 \x01(\tR\tcheckName\x127\n" +
@@ -1412,7 +1529,8 @@ const file_sluice_checks_v1_checks_proto_rawDesc = "" +
 	"parameters\x18\x02 \x01(\v2\x17.google.protobuf.StructR\n" +
 	"parameters\x12%\n" +
 	"\x0eevaluation_key\x18\x03 \x01(\tR\revaluationKey\x126\n" +
-	"\bworkload\x18\x04 \x01(\v2\x1a.sluice.checks.v1.WorkloadR\bworkload\"\xd0\x02\n" +
+	"\bworkload\x18\x04 \x01(\v2\x1a.sluice.checks.v1.WorkloadR\bworkload\x12\x1a\n" +
+	"\badmitted\x18\x05 \x01(\bR\badmitted\"\xd0\x02\n" +
 	"\bWorkload\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
@@ -1493,7 +1611,12 @@ const file_sluice_checks_v1_checks_proto_rawDesc = "" +
 	"\x0fReleaseResponse\"\x15\n" +
 	"\x13WatchChangesRequest\"?\n" +
 	"\x14WatchChangesResponse\x12'\n" +
-	"\x0fevaluation_keys\x18\x01 \x03(\tR\x0eevaluationKeys*~\n" +
+	"\x0fevaluation_keys\x18\x01 \x03(\tR\x0eevaluationKeys*\x80\x01\n" +
+	"\x10ContractRevision\x12!\n" +
+	"\x1dCONTRACT_REVISION_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13CONTRACT_REVISION_1\x10\x01\x12\x17\n" +
+	"\x13CONTRACT_REVISION_2\x10\x02\x12\x17\n" +
+	"\x13CONTRACT_REVISION_3\x10\x03*~\n" +
 	"\n" +
 	"Capability\x12\x1a\n" +
 	"\x16CAPABILITY_UNSPECIFIED\x10\x00\x12\x1e\n" +
@@ -1541,78 +1664,80 @@ func file_sluice_checks_v1_checks_proto_rawDescGZIP() []byte {
 	return file_sluice_checks_v1_checks_proto_rawDescData
 }
 
-var file_sluice_checks_v1_checks_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_sluice_checks_v1_checks_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
 var file_sluice_checks_v1_checks_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_sluice_checks_v1_checks_proto_goTypes = []any{
-	(Capability)(0),                 // 0: sluice.checks.v1.Capability
-	(State)(0),                      // 1: sluice.checks.v1.State
-	(TolerationOperator)(0),         // 2: sluice.checks.v1.TolerationOperator
-	(TaintEffect)(0),                // 3: sluice.checks.v1.TaintEffect
-	(ReleaseReason)(0),              // 4: sluice.checks.v1.ReleaseReason
-	(*GetProviderInfoRequest)(nil),  // 5: sluice.checks.v1.GetProviderInfoRequest
-	(*GetProviderInfoResponse)(nil), // 6: sluice.checks.v1.GetProviderInfoResponse
-	(*ProbeRequest)(nil),            // 7: sluice.checks.v1.ProbeRequest
-	(*ProbeResponse)(nil),           // 8: sluice.checks.v1.ProbeResponse
-	(*EvaluateRequest)(nil),         // 9: sluice.checks.v1.EvaluateRequest
-	(*Workload)(nil),                // 10: sluice.checks.v1.Workload
-	(*PodSet)(nil),                  // 11: sluice.checks.v1.PodSet
-	(*EvaluateResponse)(nil),        // 12: sluice.checks.v1.EvaluateResponse
-	(*PodSetUpdate)(nil),            // 13: sluice.checks.v1.PodSetUpdate
-	(*Toleration)(nil),              // 14: sluice.checks.v1.Toleration
-	(*ReleaseRequest)(nil),          // 15: sluice.checks.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),         // 16: sluice.checks.v1.ReleaseResponse
-	(*WatchChangesRequest)(nil),     // 17: sluice.checks.v1.WatchChangesRequest
-	(*WatchChangesResponse)(nil),    // 18: sluice.checks.v1.WatchChangesResponse
-	nil,                             // 19: sluice.checks.v1.PodSet.RequestsEntry
-	nil,                             // 20: sluice.checks.v1.PodSet.FlavorsEntry
-	nil,                             // 21: sluice.checks.v1.PodSet.NodeSelectorEntry
-	nil,                             // 22: sluice.checks.v1.PodSet.LabelsEntry
-	nil,                             // 23: sluice.checks.v1.PodSet.AnnotationsEntry
-	nil,                             // 24: sluice.checks.v1.PodSetUpdate.LabelsEntry
-	nil,                             // 25: sluice.checks.v1.PodSetUpdate.AnnotationsEntry
-	nil,                             // 26: sluice.checks.v1.PodSetUpdate.NodeSelectorEntry
-	(*structpb.Struct)(nil),         // 27: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),   // 28: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),     // 29: google.protobuf.Duration
+	(ContractRevision)(0),           // 0: sluice.checks.v1.ContractRevision
+	(Capability)(0),                 // 1: sluice.checks.v1.Capability
+	(State)(0),                      // 2: sluice.checks.v1.State
+	(TolerationOperator)(0),         // 3: sluice.checks.v1.TolerationOperator
+	(TaintEffect)(0),                // 4: sluice.checks.v1.TaintEffect
+	(ReleaseReason)(0),              // 5: sluice.checks.v1.ReleaseReason
+	(*GetProviderInfoRequest)(nil),  // 6: sluice.checks.v1.GetProviderInfoRequest
+	(*GetProviderInfoResponse)(nil), // 7: sluice.checks.v1.GetProviderInfoResponse
+	(*ProbeRequest)(nil),            // 8: sluice.checks.v1.ProbeRequest
+	(*ProbeResponse)(nil),           // 9: sluice.checks.v1.ProbeResponse
+	(*EvaluateRequest)(nil),         // 10: sluice.checks.v1.EvaluateRequest
+	(*Workload)(nil),                // 11: sluice.checks.v1.Workload
+	(*PodSet)(nil),                  // 12: sluice.checks.v1.PodSet
+	(*EvaluateResponse)(nil),        // 13: sluice.checks.v1.EvaluateResponse
+	(*PodSetUpdate)(nil),            // 14: sluice.checks.v1.PodSetUpdate
+	(*Toleration)(nil),              // 15: sluice.checks.v1.Toleration
+	(*ReleaseRequest)(nil),          // 16: sluice.checks.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),         // 17: sluice.checks.v1.ReleaseResponse
+	(*WatchChangesRequest)(nil),     // 18: sluice.checks.v1.WatchChangesRequest
+	(*WatchChangesResponse)(nil),    // 19: sluice.checks.v1.WatchChangesResponse
+	nil,                             // 20: sluice.checks.v1.PodSet.RequestsEntry
+	nil,                             // 21: sluice.checks.v1.PodSet.FlavorsEntry
+	nil,                             // 22: sluice.checks.v1.PodSet.NodeSelectorEntry
+	nil,                             // 23: sluice.checks.v1.PodSet.LabelsEntry
+	nil,                             // 24: sluice.checks.v1.PodSet.AnnotationsEntry
+	nil,                             // 25: sluice.checks.v1.PodSetUpdate.LabelsEntry
+	nil,                             // 26: sluice.checks.v1.PodSetUpdate.AnnotationsEntry
+	nil,                             // 27: sluice.checks.v1.PodSetUpdate.NodeSelectorEntry
+	(*structpb.Struct)(nil),         // 28: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),   // 29: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),     // 30: google.protobuf.Duration
 }
 var file_sluice_checks_v1_checks_proto_depIdxs = []int32{
-	0,  // 0: sluice.checks.v1.GetProviderInfoResponse.capabilities:type_name -> sluice.checks.v1.Capability
-	27, // 1: sluice.checks.v1.EvaluateRequest.parameters:type_name -> google.protobuf.Struct
-	10, // 2: sluice.checks.v1.EvaluateRequest.workload:type_name -> sluice.checks.v1.Workload
-	28, // 3: sluice.checks.v1.Workload.create_time:type_name -> google.protobuf.Timestamp
-	11, // 4: sluice.checks.v1.Workload.pod_sets:type_name -> sluice.checks.v1.PodSet
-	19, // 5: sluice.checks.v1.PodSet.requests:type_name -> sluice.checks.v1.PodSet.RequestsEntry
-	20, // 6: sluice.checks.v1.PodSet.flavors:type_name -> sluice.checks.v1.PodSet.FlavorsEntry
-	21, // 7: sluice.checks.v1.PodSet.node_selector:type_name -> sluice.checks.v1.PodSet.NodeSelectorEntry
-	14, // 8: sluice.checks.v1.PodSet.tolerations:type_name -> sluice.checks.v1.Toleration
-	22, // 9: sluice.checks.v1.PodSet.labels:type_name -> sluice.checks.v1.PodSet.LabelsEntry
-	23, // 10: sluice.checks.v1.PodSet.annotations:type_name -> sluice.checks.v1.PodSet.AnnotationsEntry
-	1,  // 11: sluice.checks.v1.EvaluateResponse.state:type_name -> sluice.checks.v1.State
-	29, // 12: sluice.checks.v1.EvaluateResponse.retry_after:type_name -> google.protobuf.Duration
-	13, // 13: sluice.checks.v1.EvaluateResponse.pod_set_updates:type_name -> sluice.checks.v1.PodSetUpdate
-	24, // 14: sluice.checks.v1.PodSetUpdate.labels:type_name -> sluice.checks.v1.PodSetUpdate.LabelsEntry
-	25, // 15: sluice.checks.v1.PodSetUpdate.annotations:type_name -> sluice.checks.v1.PodSetUpdate.AnnotationsEntry
-	26, // 16: sluice.checks.v1.PodSetUpdate.node_selector:type_name -> sluice.checks.v1.PodSetUpdate.NodeSelectorEntry
-	14, // 17: sluice.checks.v1.PodSetUpdate.tolerations:type_name -> sluice.checks.v1.Toleration
-	2,  // 18: sluice.checks.v1.Toleration.operator:type_name -> sluice.checks.v1.TolerationOperator
-	3,  // 19: sluice.checks.v1.Toleration.effect:type_name -> sluice.checks.v1.TaintEffect
-	27, // 20: sluice.checks.v1.ReleaseRequest.parameters:type_name -> google.protobuf.Struct
-	4,  // 21: sluice.checks.v1.ReleaseRequest.reason:type_name -> sluice.checks.v1.ReleaseReason
-	5,  // 22: sluice.checks.v1.IdentityService.GetProviderInfo:input_type -> sluice.checks.v1.GetProviderInfoRequest
-	7,  // 23: sluice.checks.v1.IdentityService.Probe:input_type -> sluice.checks.v1.ProbeRequest
-	9,  // 24: sluice.checks.v1.CheckService.Evaluate:input_type -> sluice.checks.v1.EvaluateRequest
-	15, // 25: sluice.checks.v1.CheckService.Release:input_type -> sluice.checks.v1.ReleaseRequest
-	17, // 26: sluice.checks.v1.CheckService.WatchChanges:input_type -> sluice.checks.v1.WatchChangesRequest
-	6,  // 27: sluice.checks.v1.IdentityService.GetProviderInfo:output_type -> sluice.checks.v1.GetProviderInfoResponse
-	8,  // 28: sluice.checks.v1.IdentityService.Probe:output_type -> sluice.checks.v1.ProbeResponse
-	12, // 29: sluice.checks.v1.CheckService.Evaluate:output_type -> sluice.checks.v1.EvaluateResponse
-	16, // 30: sluice.checks.v1.CheckService.Release:output_type -> sluice.checks.v1.ReleaseResponse
-	18, // 31: sluice.checks.v1.CheckService.WatchChanges:output_type -> sluice.checks.v1.WatchChangesResponse
-	27, // [27:32] is the sub-list for method output_type
-	22, // [22:27] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	1,  // 0: sluice.checks.v1.GetProviderInfoResponse.capabilities:type_name -> sluice.checks.v1.Capability
+	0,  // 1: sluice.checks.v1.GetProviderInfoResponse.contract_revision:type_name -> sluice.checks.v1.ContractRevision
+	28, // 2: sluice.checks.v1.EvaluateRequest.parameters:type_name -> google.protobuf.Struct
+	11, // 3: sluice.checks.v1.EvaluateRequest.workload:type_name -> sluice.checks.v1.Workload
+	29, // 4: sluice.checks.v1.Workload.create_time:type_name -> google.protobuf.Timestamp
+	12, // 5: sluice.checks.v1.Workload.pod_sets:type_name -> sluice.checks.v1.PodSet
+	20, // 6: sluice.checks.v1.PodSet.requests:type_name -> sluice.checks.v1.PodSet.RequestsEntry
+	21, // 7: sluice.checks.v1.PodSet.flavors:type_name -> sluice.checks.v1.PodSet.FlavorsEntry
+	22, // 8: sluice.checks.v1.PodSet.node_selector:type_name -> sluice.checks.v1.PodSet.NodeSelectorEntry
+	15, // 9: sluice.checks.v1.PodSet.tolerations:type_name -> sluice.checks.v1.Toleration
+	23, // 10: sluice.checks.v1.PodSet.labels:type_name -> sluice.checks.v1.PodSet.LabelsEntry
+	24, // 11: sluice.checks.v1.PodSet.annotations:type_name -> sluice.checks.v1.PodSet.AnnotationsEntry
+	2,  // 12: sluice.checks.v1.EvaluateResponse.state:type_name -> sluice.checks.v1.State
+	30, // 13: sluice.checks.v1.EvaluateResponse.retry_after:type_name -> google.protobuf.Duration
+	14, // 14: sluice.checks.v1.EvaluateResponse.pod_set_updates:type_name -> sluice.checks.v1.PodSetUpdate
+	25, // 15: sluice.checks.v1.PodSetUpdate.labels:type_name -> sluice.checks.v1.PodSetUpdate.LabelsEntry
+	26, // 16: sluice.checks.v1.PodSetUpdate.annotations:type_name -> sluice.checks.v1.PodSetUpdate.AnnotationsEntry
+	27, // 17: sluice.checks.v1.PodSetUpdate.node_selector:type_name -> sluice.checks.v1.PodSetUpdate.NodeSelectorEntry
+	15, // 18: sluice.checks.v1.PodSetUpdate.tolerations:type_name -> sluice.checks.v1.Toleration
+	3,  // 19: sluice.checks.v1.Toleration.operator:type_name -> sluice.checks.v1.TolerationOperator
+	4,  // 20: sluice.checks.v1.Toleration.effect:type_name -> sluice.checks.v1.TaintEffect
+	28, // 21: sluice.checks.v1.ReleaseRequest.parameters:type_name -> google.protobuf.Struct
+	5,  // 22: sluice.checks.v1.ReleaseRequest.reason:type_name -> sluice.checks.v1.ReleaseReason
+	6,  // 23: sluice.checks.v1.IdentityService.GetProviderInfo:input_type -> sluice.checks.v1.GetProviderInfoRequest
+	8,  // 24: sluice.checks.v1.IdentityService.Probe:input_type -> sluice.checks.v1.ProbeRequest
+	10, // 25: sluice.checks.v1.CheckService.Evaluate:input_type -> sluice.checks.v1.EvaluateRequest
+	16, // 26: sluice.checks.v1.CheckService.Release:input_type -> sluice.checks.v1.ReleaseRequest
+	18, // 27: sluice.checks.v1.CheckService.WatchChanges:input_type -> sluice.checks.v1.WatchChangesRequest
+	7,  // 28: sluice.checks.v1.IdentityService.GetProviderInfo:output_type -> sluice.checks.v1.GetProviderInfoResponse
+	9,  // 29: sluice.checks.v1.IdentityService.Probe:output_type -> sluice.checks.v1.ProbeResponse
+	13, // 30: sluice.checks.v1.CheckService.Evaluate:output_type -> sluice.checks.v1.EvaluateResponse
+	17, // 31: sluice.checks.v1.CheckService.Release:output_type -> sluice.checks.v1.ReleaseResponse
+	19, // 32: sluice.checks.v1.CheckService.WatchChanges:output_type -> sluice.checks.v1.WatchChangesResponse
+	28, // [28:33] is the sub-list for method output_type
+	23, // [23:28] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_sluice_checks_v1_checks_proto_init() }
@@ -1626,7 +1751,7 @@ func file_sluice_checks_v1_checks_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_checks_v1_checks_proto_rawDesc), len(file_sluice_checks_v1_checks_proto_rawDesc)),
-			NumEnums:      5,
+			NumEnums:      6,
 			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   2,

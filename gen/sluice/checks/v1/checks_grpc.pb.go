@@ -47,6 +47,17 @@
 //   - label value: empty, or at most 63 characters of letters, digits, '-',
 //     '_' and '.', starting and ending with a letter or digit.
 //
+// Revisions: v1 grows only by additions, and each addition that brings a
+// rule belongs to a numbered revision (ContractRevision). A provider
+// declares the revision it is written against in
+// GetProviderInfoResponse.contract_revision; one that sets nothing is of
+// revision 1, the first release. The caller sends a provider only what
+// the revision it declares knows (a field of a later revision stays
+// unset), and the conformance kit holds it to the rules of that revision:
+// rules of later revisions it breaks are reported as warnings, not
+// failures. Declaring a later revision is the provider's promise to keep
+// its rules too.
+//
 // Errors: a gRPC error means "no answer", never "no". The caller treats
 //   INVALID_ARGUMENT, UNIMPLEMENTED          as final for this request and
 //                                            reports them on the workload;
