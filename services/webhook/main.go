@@ -49,6 +49,8 @@ func run() error {
 	fs.StringVar(&cfg.ConfigName, "webhook-config-name", "sluice-webhook", "name of the MutatingWebhookConfiguration and ValidatingWebhookConfiguration")
 	fs.StringVar(&cfg.SystemNamespace, "system-namespace", "sluice-system", "namespace sluice runs in: never managed, and its service accounts skip validation")
 	fs.StringVar(&cfg.ManagedNamespaces, "managed-namespaces", "", "label selector of the namespaces whose pods sluice manages (default: kubernetes.io/metadata.name notin (kube-system,<system-namespace>))")
+	fs.StringVar(&cfg.Owners, "owners", "auto", "which pods are queued by their controller: alone (every pod that names a queue, whatever controls it), beside-kueue (pods of the kinds Kueue queues whole are left to it), auto (beside-kueue while Kueue's CRD workloads.kueue.x-k8s.io exists, alone otherwise)")
+	fs.StringVar(&cfg.KueueOwners, "kueue-owners", "", "with --owners beside-kueue or auto: the controller kinds left to Kueue, as group/Kind,... (e.g. batch/Job,apps/ReplicaSet; default: every kind Kueue integrates)")
 	fs.BoolVar(&cfg.GangScheduling, "gang-scheduling", false, "set spec.schedulingGroup.podGroupName to the group's name on the pods of KEP-976 groups with a total-count annotation, so kube-scheduler binds each group all-or-nothing through the PodGroup the grouper creates (needs Kubernetes 1.36 with the GenericWorkload and GangScheduling feature gates)")
 	fs.DurationVar(&cfg.ShutdownDelay, "shutdown-delay", 5*time.Second, "keep serving, not ready, this long after SIGTERM before stopping")
 	flag.Parse()
@@ -61,7 +63,7 @@ func run() error {
 		}
 		cfg.HTTPAddr = sf.HTTPAddr
 		cfg.Pprof = sf.Pprof
-		log.Info("starting", "version", version, "selfRegister", cfg.SelfRegister, "webhookPort", cfg.WebhookPort, "gangScheduling", cfg.GangScheduling)
+		log.Info("starting", "version", version, "selfRegister", cfg.SelfRegister, "webhookPort", cfg.WebhookPort, "gangScheduling", cfg.GangScheduling, "owners", cfg.Owners)
 		return app.Run(ctx, log, cfg)
 	})
 }

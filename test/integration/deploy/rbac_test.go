@@ -117,6 +117,8 @@ var deployGrants = []allowed{
 	row(webhook, cluster, "sluice.dev", "localqueues", "list", "metadata informer of default LocalQueues"),
 	row(webhook, cluster, "sluice.dev", "localqueues", "watch", "metadata informer of default LocalQueues"),
 	row(webhook, cluster, "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "list", "warns at start when Kueue's pod webhook is installed too"),
+	named(row(webhook, cluster, "apiextensions.k8s.io", "customresourcedefinitions", "list", "--owners=auto: metadata informer of Kueue's Workload CRD, selected by name"), "workloads.kueue.x-k8s.io"),
+	named(row(webhook, cluster, "apiextensions.k8s.io", "customresourcedefinitions", "watch", "--owners=auto: Kueue installed or removed while the webhook runs"), "workloads.kueue.x-k8s.io"),
 	row(checksApproval, cluster, "sluice.dev", "workloads", "list", "metadata informer of Workloads: their approval annotation"),
 	row(checksApproval, cluster, "sluice.dev", "workloads", "watch", "metadata informer of Workloads: an approval given or withdrawn"),
 }

@@ -170,11 +170,21 @@ func TestPolicyScopeMatchesWebhook(t *testing.T) {
 	if !ok || pods.Spec.MatchResources == nil {
 		t.Fatalf("deploy/ has no binding sluice-managed-pods with matchResources")
 	}
-	if len(mutating.Webhooks) != 1 {
-		t.Fatalf("deploy/ has %d mutating webhooks, want 1", len(mutating.Webhooks))
+	if len(validating.Webhooks) == 0 || len(mutating.Webhooks) == 0 {
+		t.Fatalf("deploy/ has %d mutating and %d validating webhooks, want some of each", len(mutating.Webhooks), len(validating.Webhooks))
 	}
-	if got, want := pods.Spec.MatchResources.NamespaceSelector, mutating.Webhooks[0].NamespaceSelector; !equality.Semantic.DeepEqual(got, want) {
-		t.Errorf("binding sluice-managed-pods selects namespaces %v, the webhook %v: keep them equal", got, want)
+	// The validating webhooks select the managed namespaces; the mutating
+	// ones narrow them by the queue-defaulting opt-in, one each way.
+	for _, w := range validating.Webhooks {
+		if got, want := pods.Spec.MatchResources.NamespaceSelector, w.NamespaceSelector; !equality.Semantic.DeepEqual(got, want) {
+			t.Errorf("binding sluice-managed-pods selects namespaces %v, the webhook %s %v: keep them equal", got, w.Name, want)
+		}
+	}
+	for _, w := range mutating.Webhooks {
+		managed := pods.Spec.MatchResources.NamespaceSelector.MatchExpressions
+		if got := w.NamespaceSelector.MatchExpressions; len(got) < len(managed) || !equality.Semantic.DeepEqual(got[:len(managed)], managed) {
+			t.Errorf("mutating webhook %s selects namespaces %v, not within the binding's %v", w.Name, got, managed)
+		}
 	}
 	skip := validating.Webhooks[0].MatchConditions[0]
 	for name, p := range policies {

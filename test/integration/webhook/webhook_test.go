@@ -242,8 +242,7 @@ func TestPodsLeftAlone(t *testing.T) {
 		{name: "no queue and no default queue", pod: newPod("team-b", "plain", nil, nil)},
 		{name: "kube-system", pod: newPod("kube-system", "queued", map[string]string{podkeys.QueueNameLabel: "q"}, nil)},
 		{name: "sluice's own namespace", pod: newPod("sluice-system", "queued", map[string]string{podkeys.QueueNameLabel: "q"}, nil)},
-		{name: "a Job's pod, queued with its Job", pod: ownedBy(newPod("team-b", "job-pod", map[string]string{podkeys.QueueNameLabel: "q"}, nil),
-			"batch/v1", "Job")},
+		{name: "a Job's pod without a queue", pod: ownedBy(newPod("team-b", "job-pod", nil, nil), "batch/v1", "Job")},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -263,20 +262,36 @@ func ownedBy(pod *corev1.Pod, apiVersion, kind string) *corev1.Pod {
 	return pod
 }
 
-func TestDefaultLocalQueue(t *testing.T) {
-	ctx := testContext(t)
-	createNamespace(ctx, t, "team-c")
+// createDefaultQueue creates the LocalQueue "default" in namespace.
+func createDefaultQueue(ctx context.Context, t *testing.T, namespace string) {
+	t.Helper()
 	lq := &unstructured.Unstructured{}
 	lq.SetAPIVersion("sluice.dev/v1alpha1")
 	lq.SetKind("LocalQueue")
-	lq.SetNamespace("team-c")
+	lq.SetNamespace(namespace)
 	lq.SetName("default")
 	if err := unstructured.SetNestedField(lq.Object, "main", "spec", "clusterQueue"); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.client.Create(ctx, lq); err != nil {
-		t.Fatalf("create LocalQueue: %v", err)
+		t.Fatalf("create LocalQueue default in %s: %v", namespace, err)
 	}
+}
+
+// TestDefaultLocalQueue: a pod without a queue goes to the LocalQueue
+// "default" only in a namespace a cluster admin opted in to defaulting; in
+// any other it is created untouched, default queue or not.
+func TestDefaultLocalQueue(t *testing.T) {
+	ctx := testContext(t)
+	optedIn := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-c", Labels: map[string]string{"sluice.dev/queue-defaulting": "enabled"}}}
+	if err := s.client.Create(ctx, optedIn); err != nil {
+		t.Fatalf("create namespace: %v", err)
+	}
+	createNamespace(ctx, t, "team-c-no-opt-in")
+	// The LocalQueue of the namespace that did not opt in is created first:
+	// once the webhook's watch has the later one, it has this one too.
+	createDefaultQueue(ctx, t, "team-c-no-opt-in")
+	createDefaultQueue(ctx, t, "team-c")
 	// The webhook learns of the queue through its watch; retry until the
 	// cache has it, removing pods created before.
 	var pod *corev1.Pod
@@ -296,6 +311,15 @@ func TestDefaultLocalQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertMarked(t, pod, "default")
+
+	plain := newPod("team-c-no-opt-in", "not-defaulted", nil, nil)
+	if err := s.client.Create(ctx, plain); err != nil {
+		t.Fatalf("create pod: %v", err)
+	}
+	assertUntouched(t, plain)
+	if _, ok := plain.Labels[podkeys.QueueNameLabel]; ok {
+		t.Errorf("pod in a namespace that did not opt in got queue %q", plain.Labels[podkeys.QueueNameLabel])
+	}
 }
 
 // The messages below are documented in docs/webhook.md.
@@ -340,7 +364,7 @@ func TestInvalidPodsAreRefused(t *testing.T) {
 		},
 		{
 			name:    "managed-false",
-			labels:  map[string]string{podkeys.ManagedLabel: "false"},
+			labels:  map[string]string{podkeys.QueueNameLabel: "q", podkeys.ManagedLabel: "false"},
 			message: `Pod "managed-false" is invalid: metadata.labels[kueue.x-k8s.io/managed]: Forbidden: sluice sets this label itself; the only value allowed is "true"`,
 		},
 	}
@@ -540,4 +564,34 @@ func metricValue(body, prefix string) float64 {
 		}
 	}
 	return -1
+}
+
+// TestManagedLabelWithoutQueueIsRefused: the grouper follows every pod
+// labelled managed, and a pod that names no queue reaches no mutating
+// webhook. So such a pod is refused at creation, and the label cannot be
+// added later to a pod sluice did not queue.
+func TestManagedLabelWithoutQueueIsRefused(t *testing.T) {
+	ctx := testContext(t)
+	createNamespace(ctx, t, "team-h")
+	forged := newPod("team-h", "forged", map[string]string{podkeys.ManagedLabel: "true", podkeys.PodGroupNameLabel: "g"},
+		map[string]string{podkeys.PodGroupTotalCountAnnotation: "2"})
+	err := s.client.Create(ctx, forged)
+	const want = `admission webhook "unqueued.pods.sluice.dev" denied the request: Pod "forged" is invalid: metadata.labels[kueue.x-k8s.io/managed]: Forbidden: ` +
+		`sluice sets this label on the pods it queues, and this pod is not queued (it has no kueue.x-k8s.io/queue-name label, or its controller is left to Kueue); remove this label`
+	if err == nil || err.Error() != want {
+		t.Fatalf("create pod labelled managed without a queue: error %v\nwant %s", err, want)
+	}
+
+	plain := newPod("team-h", "plain", nil, nil)
+	if err := s.client.Create(ctx, plain); err != nil {
+		t.Fatalf("create pod: %v", err)
+	}
+	assertUntouched(t, plain)
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}}}`, podkeys.ManagedLabel)
+	err = s.client.Patch(ctx, plain, client.RawPatch(types.MergePatchType, []byte(patch)))
+	const wantAdded = `admission webhook "validate.pods.sluice.dev" denied the request: Pod "plain" is invalid: metadata.labels[kueue.x-k8s.io/managed]: Forbidden: ` +
+		`sluice sets this label when it queues a pod at creation; it cannot be added later`
+	if err == nil || err.Error() != wantAdded {
+		t.Fatalf("add the managed label to a pod sluice did not queue: error %v\nwant %s", err, wantAdded)
+	}
 }

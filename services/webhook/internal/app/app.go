@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -71,6 +72,12 @@ type Config struct {
 	// ManagedNamespaces is a label selector over namespaces; empty means
 	// every namespace but kube-system and SystemNamespace.
 	ManagedNamespaces string
+	// Owners is the --owners preset: which pods are queued by their
+	// controller's kind (see mutate.Preset); empty means auto.
+	Owners string
+	// KueueOwners overrides mutate.KueueOwners, the kinds left to Kueue
+	// beside it ("group/Kind,..."); empty keeps the built-in list.
+	KueueOwners string
 	// GangScheduling sets spec.schedulingGroup on the pods of KEP-976
 	// groups created beforehand, naming the PodGroup the grouper creates
 	// for the group.
@@ -97,9 +104,33 @@ func (c Config) NamespaceSelector() (*metav1.LabelSelector, labels.Selector, err
 	return ls, sel, nil
 }
 
+// owners returns the configured preset and the kinds left to Kueue beside
+// it.
+func (c Config) owners() (mutate.Preset, []schema.GroupKind, error) {
+	preset := mutate.PresetAuto
+	if c.Owners != "" {
+		var err error
+		if preset, err = mutate.ParsePreset(c.Owners); err != nil {
+			return "", nil, err
+		}
+	}
+	kinds := mutate.KueueOwners
+	if c.KueueOwners != "" {
+		var err error
+		if kinds, err = mutate.ParseKinds(c.KueueOwners); err != nil {
+			return "", nil, fmt.Errorf("--kueue-owners: %w", err)
+		}
+	}
+	return preset, kinds, nil
+}
+
 // Run serves until ctx is done, then shuts down gracefully.
 func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 	nsLabelSelector, nsSelector, err := cfg.NamespaceSelector()
+	if err != nil {
+		return err
+	}
+	preset, kueueKinds, err := cfg.owners()
 	if err != nil {
 		return err
 	}
@@ -120,14 +151,39 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	// The lookup reports Kueue's presence at sync and on each change, one
+	// call at a time, so the gauge and the log follow it in order.
+	ownersLog := log.WithName("owners")
+	reportOwners := func(kueueInstalled bool, why string) {
+		inEffect := preset.InEffect(kueueInstalled)
+		m.SetOwnersPreset(string(inEffect))
+		ownersLog.Info(why, "owners", preset, "inEffect", inEffect, "kueueInstalled", kueueInstalled,
+			"leftToKueue", mutate.FormatKinds(leftToKueue(inEffect, kueueKinds)))
+	}
 	caches := lookup.New(cfg.REST, lookup.Options{
-		Namespaces:   nsSelector,
-		DefaultQueue: mutate.DefaultQueue,
-		AllGroupPods: cfg.GangScheduling,
-		Log:          log.WithName("lookup"),
+		Namespaces:      nsSelector,
+		DefaultQueue:    mutate.DefaultQueue,
+		DefaultingLabel: registration.DefaultingLabel,
+		DefaultingValue: registration.DefaultingEnabled,
+		AllGroupPods:    cfg.GangScheduling,
+		WatchKueue:      preset == mutate.PresetAuto,
+		OnKueue: func(installed, changed bool) {
+			switch {
+			case !changed:
+				reportOwners(installed, "owners preset in effect")
+			case installed:
+				reportOwners(installed, "Kueue's Workload CRD appeared; owners preset changed")
+			default:
+				reportOwners(installed, "Kueue's Workload CRD disappeared; owners preset changed")
+			}
+		},
+		Log: log.WithName("lookup"),
 	})
 	mutator, err := handler.NewMutator(caches, m, otel.Tracer(TracerName), otel.GetTextMapPropagator(),
-		handler.WithGangScheduling(cfg.GangScheduling))
+		handler.WithGangScheduling(cfg.GangScheduling),
+		handler.WithLeftToKueue(func() []schema.GroupKind {
+			return leftToKueue(preset.InEffect(caches.KueueInstalled()), kueueKinds)
+		}))
 	if err != nil {
 		return err
 	}
@@ -137,6 +193,7 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 	}
 	server := webhook.NewServer(webhook.Options{Host: host, Port: cfg.WebhookPort, CertDir: cfg.CertDir})
 	server.Register(handler.MutatePath, mutator.Webhook())
+	server.Register(handler.DefaultPath, mutator.DefaultingWebhook())
 	server.Register(handler.ValidatePath, &admission.Webhook{Handler: validator})
 
 	kube, err := client.New(cfg.REST, client.Options{})
@@ -148,6 +205,7 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 		URL:             "https://" + net.JoinHostPort(cfg.AdvertiseHost, strconv.Itoa(cfg.WebhookPort)),
 		CABundle:        caBundle,
 		MutatePath:      handler.MutatePath,
+		DefaultPath:     handler.DefaultPath,
 		ValidatePath:    handler.ValidatePath,
 		Namespaces:      nsLabelSelector,
 		SystemNamespace: cfg.SystemNamespace,
@@ -232,6 +290,15 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 		}
 	}
 	return err
+}
+
+// leftToKueue returns the controller kinds whose pods sluice leaves to
+// Kueue under the preset in effect.
+func leftToKueue(inEffect mutate.Preset, kueueKinds []schema.GroupKind) []schema.GroupKind {
+	if inEffect == mutate.PresetBesideKueue {
+		return kueueKinds
+	}
+	return nil
 }
 
 // waitServing polls until the webhook server accepts TLS connections.

@@ -1,6 +1,8 @@
-// Package handler serves the webhook's two admission endpoints: the
-// mutating one marks new pods sluice queues, the validating one refuses bad
-// queueing keys on create and update. Both read their surroundings through
+// Package handler serves the webhook's admission endpoints: the mutating
+// ones mark new pods sluice queues (one for pods that name a queue, one for
+// every pod of a namespace that opted in to queue defaulting), the
+// validating one refuses bad queueing keys on update and unqueued pods
+// that carry sluice's managed label. All read their surroundings through
 // Lookup and keep no state between requests.
 package handler
 
@@ -33,6 +35,7 @@ import (
 // Paths the handlers are served on.
 const (
 	MutatePath   = "/mutate-pods"
+	DefaultPath  = "/default-pods"
 	ValidatePath = "/validate-pods"
 )
 
@@ -62,12 +65,15 @@ func newDecoder() (admission.Decoder, error) {
 // Mutator marks new pods that sluice queues.
 type Mutator struct {
 	// gang links the pods of KEP-976 groups to their group's PodGroup.
-	gang       bool
-	lookup     Lookup
-	metrics    *metrics.Metrics
-	tracer     trace.Tracer
-	propagator propagation.TextMapPropagator
-	decoder    admission.Decoder
+	gang bool
+	// leftToKueue returns the controller kinds whose pods are Kueue's,
+	// under the owners preset in effect now; nil leaves none.
+	leftToKueue func() []schema.GroupKind
+	lookup      Lookup
+	metrics     *metrics.Metrics
+	tracer      trace.Tracer
+	propagator  propagation.TextMapPropagator
+	decoder     admission.Decoder
 }
 
 // MutatorOption tunes a Mutator.
@@ -79,6 +85,14 @@ type MutatorOption func(*Mutator)
 // PodGroup the grouper creates for it.
 func WithGangScheduling(on bool) MutatorOption {
 	return func(m *Mutator) { m.gang = on }
+}
+
+// WithLeftToKueue makes the Mutator leave alone the pods whose controller
+// is of a kind kinds returns at the time of the request (see
+// mutate.Decide); it is read per request because the owners preset can
+// change while the webhook runs (--owners=auto).
+func WithLeftToKueue(kinds func() []schema.GroupKind) MutatorOption {
+	return func(m *Mutator) { m.leftToKueue = kinds }
 }
 
 // NewMutator returns the mutating handler. The tracer and propagator are
@@ -95,8 +109,25 @@ func NewMutator(l Lookup, m *metrics.Metrics, tracer trace.Tracer, propagator pr
 	return h, nil
 }
 
-// Handle answers one admission request for a pod CREATE.
+// Handle answers one admission request for a pod CREATE sent to MutatePath:
+// the pod is queued only if it names a queue.
 func (h *Mutator) Handle(ctx context.Context, req admission.Request) admission.Response {
+	return h.handle(ctx, req, false)
+}
+
+// defaulting serves DefaultPath: the API server sends it the pods of the
+// namespaces that opted in to queue defaulting (the webhook entry's
+// namespaceSelector), and a pod there that names no queue goes to
+// mutate.DefaultQueue.
+type defaulting struct{ *Mutator }
+
+func (d defaulting) Handle(ctx context.Context, req admission.Request) admission.Response {
+	return d.handle(ctx, req, true)
+}
+
+// handle marks a new pod sluice queues; mayDefault says the namespace
+// opted in to queue defaulting.
+func (h *Mutator) handle(ctx context.Context, req admission.Request, mayDefault bool) admission.Response {
 	defer h.metrics.ObserveSince(metrics.Mutating, time.Now())
 	if req.Operation != admissionv1.Create {
 		return admission.Allowed("sluice only marks pods at creation")
@@ -122,11 +153,25 @@ func (h *Mutator) Handle(ctx context.Context, req admission.Request) admission.R
 	if len(errs) > 0 {
 		return denied(h.metrics, pod, errs)
 	}
-	decision, err := mutate.Decide(pod, func() (bool, error) { return h.lookup.DefaultQueueExists(ctx, req.Namespace) })
+	var defaultExists func() (bool, error)
+	if mayDefault {
+		defaultExists = func() (bool, error) { return h.lookup.DefaultQueueExists(ctx, req.Namespace) }
+	}
+	var leftToKueue []schema.GroupKind
+	if h.leftToKueue != nil {
+		leftToKueue = h.leftToKueue()
+	}
+	decision, err := mutate.Decide(pod, leftToKueue, defaultExists)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
 	if !decision.Managed() {
+		if errs := validate.Unqueued(pod); len(errs) > 0 {
+			return denied(h.metrics, pod, errs)
+		}
+		if decision.LeftToKueue {
+			return admission.Allowed("the pod's controller is queued by Kueue")
+		}
 		return admission.Allowed("pod names no queue")
 	}
 
@@ -216,6 +261,12 @@ func (h *Mutator) Webhook() *admission.Webhook {
 	return &admission.Webhook{Handler: h, WithContextFunc: h.requestTraceContext}
 }
 
+// DefaultingWebhook is Webhook for DefaultPath: it also queues the pods
+// that name no queue on mutate.DefaultQueue, when that LocalQueue exists.
+func (h *Mutator) DefaultingWebhook() *admission.Webhook {
+	return &admission.Webhook{Handler: defaulting{h}, WithContextFunc: h.requestTraceContext}
+}
+
 // requestTraceContext adds the trace context of r's headers to ctx.
 func (h *Mutator) requestTraceContext(ctx context.Context, r *http.Request) context.Context {
 	return h.propagator.Extract(ctx, propagation.HeaderCarrier(r.Header))
@@ -284,8 +335,10 @@ func NewValidator(l Lookup, m *metrics.Metrics) (*Validator, error) {
 	return &Validator{lookup: l, metrics: m, decoder: dec}, nil
 }
 
-// Handle answers one admission request for a pod UPDATE (CREATE is
-// validated by the Mutator); a CREATE sent here is validated all the same.
+// Handle answers one admission request for a pod UPDATE (CREATE of a
+// queued pod is validated by the Mutator). A CREATE sent here is of a pod
+// that names no queue yet carries the managed label (see
+// registration.Validating); it is validated all the same, and refused.
 func (h *Validator) Handle(ctx context.Context, req admission.Request) admission.Response {
 	defer h.metrics.ObserveSince(metrics.Validating, time.Now())
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
@@ -297,11 +350,18 @@ func (h *Validator) Handle(ctx context.Context, req admission.Request) admission
 	}
 	var errs field.ErrorList
 	if req.Operation == admissionv1.Create {
-		// The pod has passed sluice's mutating webhook, which stamps the
-		// trace context; any other sluice.dev/ key is the user's.
+		// The pod has passed sluice's mutating webhooks, which stamp the
+		// trace context on the pods they queue; any other sluice.dev/ key
+		// is the user's.
+		_, queued := pod.Labels[podkeys.QueueNameLabel]
 		var err error
-		if errs, err = validateCreate(ctx, h.lookup, pod, true); err != nil {
+		if errs, err = validateCreate(ctx, h.lookup, pod, queued); err != nil {
 			return admission.Errored(http.StatusInternalServerError, err)
+		}
+		if !queued {
+			// The mutating webhooks queue every pod that names a queue,
+			// and defaulting gives one to every pod it queues.
+			errs = append(errs, validate.Unqueued(pod)...)
 		}
 	} else {
 		old := &corev1.Pod{}

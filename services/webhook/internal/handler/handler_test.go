@@ -22,12 +22,15 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	jsonpatchapply "github.com/evanphx/json-patch/v5"
 	"github.com/sluice-dev/sluice/pkg/podkeys"
 	"github.com/sluice-dev/sluice/pkg/rolehash"
 	"github.com/sluice-dev/sluice/services/webhook/internal/metrics"
+	"github.com/sluice-dev/sluice/services/webhook/internal/mutate"
 	"github.com/sluice-dev/sluice/services/webhook/internal/validate"
 	"gomodules.xyz/jsonpatch/v2"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -146,9 +149,14 @@ func TestMutator(t *testing.T) {
 		op          admissionv1.Operation
 		wantPatched bool
 		wantCode    int32
+		// defaulting sends the request to DefaultPath's handler.
+		defaulting bool
 	}{
 		{name: "queued pod", pod: testPod("team", queued, nil), wantPatched: true},
-		{name: "default queue", pod: testPod("with-default", nil, nil), wantPatched: true},
+		{name: "default queue, opted in", pod: testPod("with-default", nil, nil), defaulting: true, wantPatched: true},
+		{name: "default queue, not opted in", pod: testPod("with-default", nil, nil)},
+		{name: "own queue, opted in", pod: testPod("with-default", queued, nil), defaulting: true, wantPatched: true},
+		{name: "no default queue, opted in", pod: testPod("team", nil, nil), defaulting: true},
 		{name: "no queue", pod: testPod("team", nil, nil)},
 		{name: "unmanaged namespace", pod: testPod("kube-system", queued, nil)},
 		{name: "update is ignored", pod: testPod("team", queued, nil), op: admissionv1.Update},
@@ -172,7 +180,11 @@ func TestMutator(t *testing.T) {
 			if err != nil {
 				t.Fatalf("NewMutator: %v", err)
 			}
-			resp := h.Handle(context.Background(), request(t, op, tc.pod, nil))
+			var handler admission.Handler = h
+			if tc.defaulting {
+				handler = h.DefaultingWebhook().Handler
+			}
+			resp := handler.Handle(context.Background(), request(t, op, tc.pod, nil))
 			if tc.wantCode != 0 {
 				if resp.Allowed || resp.Result == nil || resp.Result.Code != tc.wantCode {
 					t.Fatalf("response = %+v, want refusal with code %d", resp.AdmissionResponse, tc.wantCode)
@@ -453,7 +465,7 @@ func TestMutatorValidatesCreate(t *testing.T) {
 		},
 		{
 			name:        "managed label not true",
-			labels:      map[string]string{podkeys.ManagedLabel: "false"},
+			labels:      queued(podkeys.ManagedLabel, "false"),
 			wantMessage: `Pod "p" is invalid: metadata.labels[kueue.x-k8s.io/managed]: Forbidden: sluice sets this label itself; the only value allowed is "true"`,
 			wantReasons: []string{"Forbidden:managed"},
 		},
@@ -861,5 +873,72 @@ func TestMutatorGangScheduling(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A pod sluice does not queue may not carry the managed label, by which
+// the grouper follows the pods sluice queued: the defaulting webhook
+// refuses it when it finds no default queue, as does the validating one
+// the API server sends such pods to everywhere else.
+func TestUnqueuedPodWithManagedLabelIsRefused(t *testing.T) {
+	const want = `Pod "p" is invalid: metadata.labels[kueue.x-k8s.io/managed]: Forbidden: ` + validate.DetailManagedUnqueued
+	pod := testPod("team", map[string]string{podkeys.ManagedLabel: podkeys.ManagedLabelValue}, nil)
+	job := testPod("team", map[string]string{podkeys.QueueNameLabel: "q", podkeys.ManagedLabel: podkeys.ManagedLabelValue}, nil)
+	job.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "j", UID: "u", Controller: ptr.To(true)}}
+
+	h, err := NewMutator(stubLookup{}, mustMetrics(t), noop.NewTracerProvider().Tracer("t"), propagation.TraceContext{},
+		WithLeftToKueue(func() []schema.GroupKind { return mutate.KueueOwners }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := NewValidator(stubLookup{}, mustMetrics(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, handle := range map[string]func() admission.Response{
+		"defaulting, no default queue": func() admission.Response {
+			return h.DefaultingWebhook().Handler.Handle(context.Background(), request(t, admissionv1.Create, pod, nil))
+		},
+		"validating CREATE": func() admission.Response {
+			return v.Handle(context.Background(), request(t, admissionv1.Create, pod, nil))
+		},
+		"a Job's pod left to Kueue": func() admission.Response {
+			return h.Handle(context.Background(), request(t, admissionv1.Create, job, nil))
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			resp := handle()
+			if resp.Allowed || resp.Result == nil || resp.Result.Message != want {
+				t.Fatalf("response = %+v, want refusal %q", resp.AdmissionResponse, want)
+			}
+		})
+	}
+}
+
+// The owners preset is read per request: a Job's pod is queued while
+// sluice is alone and left alone once Kueue queues Jobs.
+func TestMutatorOwnersPresetChanges(t *testing.T) {
+	var left []schema.GroupKind
+	h, err := NewMutator(stubLookup{}, mustMetrics(t), noop.NewTracerProvider().Tracer("t"), propagation.TraceContext{},
+		WithLeftToKueue(func() []schema.GroupKind { return left }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := testPod("team", map[string]string{podkeys.QueueNameLabel: "q"}, nil)
+	pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "j", UID: "u", Controller: ptr.To(true)}}
+	for _, step := range []struct {
+		name        string
+		left        []schema.GroupKind
+		wantPatched bool
+	}{
+		{"alone", nil, true},
+		{"beside Kueue", mutate.KueueOwners, false},
+		{"Kueue removed", nil, true},
+	} {
+		left = step.left
+		resp := h.Handle(context.Background(), request(t, admissionv1.Create, pod, nil))
+		if !resp.Allowed || (len(resp.Patches) > 0) != step.wantPatched {
+			t.Errorf("%s: allowed %v, patches %v; want patched %v", step.name, resp.Allowed, resp.Patches, step.wantPatched)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 // Package lookup answers the webhook's questions about a pod's
 // surroundings — is its namespace managed, does its namespace have a default
-// LocalQueue, which pods does its declared group have already — from
+// LocalQueue, which pods does its declared group have already, is Kueue
+// installed — from
 // informer caches (of object metadata, and of the few fields of pods in
 // declared groups that matter), so the webhook keeps no state of its own
 // and sends no request to the API server per pod.
@@ -10,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -34,6 +37,11 @@ import (
 var LocalQueueGVK = schema.GroupVersionKind{Group: "sluice.dev", Version: "v1alpha1", Kind: "LocalQueue"}
 
 var namespaceGVK = corev1.SchemeGroupVersion.WithKind("Namespace")
+
+var crdGVK = schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"}
+
+// KueueWorkloadCRD is the CRD whose presence tells that Kueue is installed.
+const KueueWorkloadCRD = "workloads.kueue.x-k8s.io"
 
 // groupIndex indexes cached pods by "<namespace>/<group name>".
 const groupIndex = "sluice.group"
@@ -52,6 +60,18 @@ type Options struct {
 	// naming a role in one: gang scheduling needs to know whether a new
 	// pod joins a group that already runs.
 	AllGroupPods bool
+	// DefaultingLabel is the namespace label key that opts a namespace in
+	// to queue defaulting, and DefaultingValue its value; they are only
+	// used to tell operators, once the caches have synced, of namespaces
+	// that have a default LocalQueue but did not opt in.
+	DefaultingLabel, DefaultingValue string
+	// WatchKueue watches the Kueue Workload CRD (KueueWorkloadCRD) so
+	// that KueueInstalled can tell whether Kueue is installed.
+	WatchKueue bool
+	// OnKueue, if set, is told whether the Kueue Workload CRD exists: once
+	// when the caches have synced (changed false), then on each change
+	// (changed true). Calls are serialized, in the order of the changes.
+	OnKueue func(installed, changed bool)
 	// RetryInterval is how long to wait before trying again when the
 	// LocalQueue CRD is not served yet. Defaults to 2s.
 	RetryInterval time.Duration
@@ -68,6 +88,12 @@ type Cache struct {
 	// reader is set once the caches have synced; nil before.
 	reader atomic.Pointer[cache.Cache]
 	synced chan struct{}
+
+	// kueueMu guards kueue and kueueSynced: OnKueueChange is called in
+	// the order of the changes.
+	kueueMu     sync.Mutex
+	kueue       bool
+	kueueSynced bool
 }
 
 // New returns a Cache that starts filling when Run is called.
@@ -117,15 +143,23 @@ func (c *Cache) Run(ctx context.Context) error {
 		return <-errs
 	}
 	c.reader.Store(&informers)
+	c.kueueMu.Lock()
+	c.kueueSynced = true
+	if c.opts.OnKueue != nil {
+		c.opts.OnKueue(c.kueue, false)
+	}
+	c.kueueMu.Unlock()
 	close(c.synced)
 	c.opts.Log.Info("webhook caches synced")
+	c.reportDefaultQueuesWithoutOptIn(ctx, informers)
 	if err := <-errs; err != nil {
 		return fmt.Errorf("run webhook caches: %w", err)
 	}
 	return nil
 }
 
-// build creates the cache and registers its two informers.
+// build creates the cache and registers its informers: namespaces,
+// default LocalQueues, pods of groups and, with WatchKueue, Kueue's CRD.
 func (c *Cache) build(ctx context.Context) (cache.Cache, error) {
 	queue := metadataOf(LocalQueueGVK)
 	cached := podkeys.PodGroupRoleLabel
@@ -136,14 +170,20 @@ func (c *Cache) build(ctx context.Context) (cache.Cache, error) {
 	if err != nil {
 		return nil, fmt.Errorf("select pods with label %s: %w", cached, err)
 	}
+	byObject := map[client.Object]cache.ByObject{
+		// Only the default queues matter: keep nothing else in memory.
+		queue: {Field: fields.OneTermEqualSelector("metadata.name", c.opts.DefaultQueue)},
+		// Only pods naming a role (or, for gang scheduling, a group),
+		// and only what judging a new pod of their group needs.
+		&corev1.Pod{}: {Label: labels.NewSelector().Add(*inGroup), Transform: trimPod},
+	}
+	kueueCRD := metadataOf(crdGVK)
+	if c.opts.WatchKueue {
+		// Only Kueue's Workload CRD tells whether Kueue is installed.
+		byObject[kueueCRD] = cache.ByObject{Field: fields.OneTermEqualSelector("metadata.name", KueueWorkloadCRD)}
+	}
 	informers, err := cache.New(c.cfg, cache.Options{
-		ByObject: map[client.Object]cache.ByObject{
-			// Only the default queues matter: keep nothing else in memory.
-			queue: {Field: fields.OneTermEqualSelector("metadata.name", c.opts.DefaultQueue)},
-			// Only pods naming a role (or, for gang scheduling, a group),
-			// and only what judging a new pod of their group needs.
-			&corev1.Pod{}: {Label: labels.NewSelector().Add(*inGroup), Transform: trimPod},
-		},
+		ByObject: byObject,
 		// Never start an informer on demand from the request path.
 		ReaderFailOnMissingInformer: true,
 	})
@@ -158,7 +198,70 @@ func (c *Cache) build(ctx context.Context) (cache.Cache, error) {
 			return nil, fmt.Errorf("watch %T %s: %w", obj, obj.GetObjectKind().GroupVersionKind().Kind, err)
 		}
 	}
+	if c.opts.WatchKueue {
+		inf, err := informers.GetInformer(ctx, kueueCRD)
+		if err != nil {
+			return nil, fmt.Errorf("watch CustomResourceDefinition %s: %w", KueueWorkloadCRD, err)
+		}
+		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { c.setKueue(true) },
+			DeleteFunc: func(any) { c.setKueue(false) },
+		}); err != nil {
+			return nil, fmt.Errorf("handle CustomResourceDefinition %s: %w", KueueWorkloadCRD, err)
+		}
+	}
 	return informers, nil
+}
+
+// setKueue records whether the Kueue Workload CRD exists, telling OnKueue
+// of a change once the caches have synced (Run tells the state at sync).
+func (c *Cache) setKueue(installed bool) {
+	c.kueueMu.Lock()
+	defer c.kueueMu.Unlock()
+	if c.kueue == installed {
+		return
+	}
+	c.kueue = installed
+	if c.kueueSynced && c.opts.OnKueue != nil {
+		c.opts.OnKueue(installed, true)
+	}
+}
+
+// KueueInstalled reports whether the Kueue Workload CRD exists, as far as
+// the cache has seen (always false without Options.WatchKueue).
+func (c *Cache) KueueInstalled() bool {
+	c.kueueMu.Lock()
+	defer c.kueueMu.Unlock()
+	return c.kueue
+}
+
+// reportDefaultQueuesWithoutOptIn logs, once per namespace, each managed
+// namespace that has a default LocalQueue but lacks the defaulting label:
+// its pods without a queue label are no longer queued there, which an
+// operator upgrading from a sluice that defaulted everywhere must notice.
+func (c *Cache) reportDefaultQueuesWithoutOptIn(ctx context.Context, r cache.Cache) {
+	if c.opts.DefaultingLabel == "" {
+		return
+	}
+	queues := &metav1.PartialObjectMetadataList{}
+	queues.SetGroupVersionKind(LocalQueueGVK.GroupVersion().WithKind(LocalQueueGVK.Kind + "List"))
+	if err := r.List(ctx, queues); err != nil {
+		c.opts.Log.Error(err, "could not list default LocalQueues to check their namespaces' defaulting label")
+		return
+	}
+	for _, q := range queues.Items {
+		ns := metadataOf(namespaceGVK)
+		if err := r.Get(ctx, types.NamespacedName{Name: q.Namespace}, ns); err != nil {
+			continue // gone, or not seen yet
+		}
+		set := labels.Merge(ns.Labels, labels.Set{corev1.LabelMetadataName: q.Namespace})
+		if !c.opts.Namespaces.Matches(set) || ns.Labels[c.opts.DefaultingLabel] == c.opts.DefaultingValue {
+			continue
+		}
+		c.opts.Log.Info("namespace has a LocalQueue named "+c.opts.DefaultQueue+" but has not opted in to queue defaulting: "+
+			"its pods without a queue label are not queued; label the namespace to queue them on it",
+			"namespace", q.Namespace, "label", c.opts.DefaultingLabel+"="+c.opts.DefaultingValue)
+	}
 }
 
 // groupOf indexes a pod under its group.

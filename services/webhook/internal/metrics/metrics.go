@@ -1,5 +1,6 @@
 // Package metrics defines the webhook's Prometheus metrics: pods gated,
-// pods rejected by reason, and the time spent answering admission requests.
+// pods rejected by reason, the time spent answering admission requests,
+// and the owners preset in effect.
 package metrics
 
 import (
@@ -20,7 +21,12 @@ type Metrics struct {
 	gated    prometheus.Counter
 	rejected *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
+	owners   *prometheus.GaugeVec
 }
+
+// OwnersPresets are the values of the owners gauge's "preset" label: the
+// presets that can be in effect (auto resolves to one of them).
+var OwnersPresets = []string{"alone", "beside-kueue"}
 
 // New creates the webhook's metrics and registers them with reg (the
 // controller-runtime registry in the service, a fresh one in tests).
@@ -39,13 +45,28 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Time to answer one admission request, by webhook.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16), // 100µs .. ~3.3s
 		}, []string{"webhook"}),
+		owners: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "sluice", Subsystem: "webhook", Name: "owners_preset",
+			Help: "1 for the owners preset in effect (alone or beside-kueue; --owners=auto follows whether Kueue is installed), 0 for the other.",
+		}, []string{"preset"}),
 	}
-	for _, c := range []prometheus.Collector{m.gated, m.rejected, m.latency} {
+	for _, c := range []prometheus.Collector{m.gated, m.rejected, m.latency, m.owners} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register webhook metrics: %w", err)
 		}
 	}
 	return m, nil
+}
+
+// SetOwnersPreset records the owners preset in effect.
+func (m *Metrics) SetOwnersPreset(inEffect string) {
+	for _, p := range OwnersPresets {
+		v := 0.0
+		if p == inEffect {
+			v = 1
+		}
+		m.owners.WithLabelValues(p).Set(v)
+	}
 }
 
 // PodGated counts one pod marked for queueing.

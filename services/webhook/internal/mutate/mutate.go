@@ -26,7 +26,8 @@ import (
 )
 
 // DefaultQueue is the LocalQueue a pod without a queue-name label goes to,
-// when a LocalQueue of that name exists in its namespace.
+// in a namespace that opted in to queue defaulting, when a LocalQueue of
+// that name exists there.
 const DefaultQueue = "default"
 
 // Decision says whether a pod is queued and on which queue.
@@ -37,16 +38,19 @@ type Decision struct {
 	// Defaulted is true when the pod had no queue-name label and the webhook
 	// chose DefaultQueue.
 	Defaulted bool
+	// LeftToKueue is true when the pod is not queued because its
+	// controller's kind is queued whole by Kueue.
+	LeftToKueue bool
 }
 
 // Managed reports whether sluice queues the pod.
 func (d Decision) Managed() bool { return d.Queue != "" || d.Defaulted }
 
-// IntegratedOwners are the workload kinds with a queueing integration of
-// their own: the whole job is queued, not its pods, so a pod whose
-// controller is one of them is left alone. A pod controlled by another pod
-// (a Spark executor by its driver) is queued like any other.
-var IntegratedOwners = []schema.GroupKind{
+// KueueOwners are the workload kinds Kueue queues whole (its job
+// integrations) when it runs beside sluice: a pod whose controller is one
+// of them is Kueue's, not sluice's. A pod controlled by another pod (a
+// Spark executor by its driver) is never among them.
+var KueueOwners = []schema.GroupKind{
 	{Group: "batch", Kind: "Job"},
 	{Group: "apps", Kind: "ReplicaSet"},
 	{Group: "apps", Kind: "StatefulSet"},
@@ -64,32 +68,36 @@ var IntegratedOwners = []schema.GroupKind{
 	{Group: "workload.codeflare.dev", Kind: "AppWrapper"},
 }
 
-// integratedOwner returns the controller of pod when it is one of
-// IntegratedOwners.
-func integratedOwner(pod *corev1.Pod) (metav1.OwnerReference, bool) {
+// ownerIn returns the controller of pod when its kind is one of kinds.
+func ownerIn(pod *corev1.Pod, kinds []schema.GroupKind) (metav1.OwnerReference, bool) {
 	ref := metav1.GetControllerOf(pod)
-	if ref == nil {
+	if ref == nil || len(kinds) == 0 {
 		return metav1.OwnerReference{}, false
 	}
 	gv, err := schema.ParseGroupVersion(ref.APIVersion)
 	if err != nil {
 		return metav1.OwnerReference{}, false
 	}
-	return *ref, slices.Contains(IntegratedOwners, schema.GroupKind{Group: gv.Group, Kind: ref.Kind})
+	return *ref, slices.Contains(kinds, schema.GroupKind{Group: gv.Group, Kind: ref.Kind})
 }
 
-// Decide returns the decision for a pod in a managed namespace. A pod
-// controlled by one of IntegratedOwners is not queued. A pod that carries
-// the queue-name label is queued on it (an invalid value is left to
-// validation to reject); otherwise the pod is queued on DefaultQueue when
-// defaultExists reports that such a LocalQueue exists. defaultExists is only
-// called when needed.
-func Decide(pod *corev1.Pod, defaultExists func() (bool, error)) (Decision, error) {
-	if _, ok := integratedOwner(pod); ok {
-		return Decision{}, nil
+// Decide returns the decision for a pod in a managed namespace. A pod whose
+// controller's kind is in leftToKueue is not queued: Kueue queues its
+// controller whole. A pod that carries the queue-name label is queued on
+// it (an invalid value is left to validation to reject). Otherwise the
+// pod is queued on DefaultQueue only when its namespace opted in to
+// defaulting — defaultExists is nil when it did not — and defaultExists
+// reports that such a LocalQueue exists. defaultExists is only called when
+// needed.
+func Decide(pod *corev1.Pod, leftToKueue []schema.GroupKind, defaultExists func() (bool, error)) (Decision, error) {
+	if _, ok := ownerIn(pod, leftToKueue); ok {
+		return Decision{LeftToKueue: true}, nil
 	}
 	if queue, ok := pod.Labels[podkeys.QueueNameLabel]; ok {
 		return Decision{Queue: queue}, nil
+	}
+	if defaultExists == nil {
+		return Decision{}, nil
 	}
 	exists, err := defaultExists()
 	if err != nil {

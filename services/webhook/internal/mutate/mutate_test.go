@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	jsonpatchapply "github.com/evanphx/json-patch/v5"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/sluice-dev/sluice/pkg/podkeys"
 	"github.com/sluice-dev/sluice/pkg/rolehash"
@@ -29,41 +31,110 @@ func newPod(labels map[string]string) *corev1.Pod {
 	}
 }
 
-func TestDecideLeavesPodsOfIntegratedOwnersAlone(t *testing.T) {
+func TestDecideByOwnerAndPreset(t *testing.T) {
 	owned := func(apiVersion, kind string, controller bool) *corev1.Pod {
 		p := newPod(map[string]string{podkeys.QueueNameLabel: "q"})
 		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: apiVersion, Kind: kind, Name: "owner", UID: "u", Controller: &controller}}
 		return p
 	}
+	jobOnly := []schema.GroupKind{{Group: "batch", Kind: "Job"}}
 	tests := []struct {
-		name    string
-		pod     *corev1.Pod
-		managed bool
+		name string
+		pod  *corev1.Pod
+		// managed by preset in effect: alone, beside-kueue with the
+		// built-in list, beside-kueue with --kueue-owners=batch/Job.
+		alone, beside, besideJobOnly bool
 	}{
-		{"Job", owned("batch/v1", "Job", true), false},
-		{"JobSet", owned("jobset.x-k8s.io/v1alpha2", "JobSet", true), false},
-		{"ReplicaSet", owned("apps/v1", "ReplicaSet", true), false},
-		{"StatefulSet", owned("apps/v1", "StatefulSet", true), false},
-		{"RayCluster", owned("ray.io/v1", "RayCluster", true), false},
-		{"a Spark executor controlled by its driver pod", owned("v1", "Pod", true), true},
-		{"a Job that owns without controlling", owned("batch/v1", "Job", false), true},
-		{"a kind of the same name in another group", owned("example.com/v1", "Job", true), true},
+		{"Job", owned("batch/v1", "Job", true), true, false, false},
+		{"JobSet", owned("jobset.x-k8s.io/v1alpha2", "JobSet", true), true, false, true},
+		{"ReplicaSet", owned("apps/v1", "ReplicaSet", true), true, false, true},
+		{"StatefulSet", owned("apps/v1", "StatefulSet", true), true, false, true},
+		{"RayCluster", owned("ray.io/v1", "RayCluster", true), true, false, true},
+		{"a pod without owner", newPod(map[string]string{podkeys.QueueNameLabel: "q"}), true, true, true},
+		{"a Spark executor controlled by its driver pod", owned("v1", "Pod", true), true, true, true},
+		{"a Job that owns without controlling", owned("batch/v1", "Job", false), true, true, true},
+		{"a kind of the same name in another group", owned("example.com/v1", "Job", true), true, true, true},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := Decide(tc.pod, func() (bool, error) { return false, nil })
-			if err != nil || got.Managed() != tc.managed {
-				t.Fatalf("Decide = %+v, %v; want managed %v", got, err, tc.managed)
-			}
-		})
+		for _, preset := range []struct {
+			name    string
+			left    []schema.GroupKind
+			managed bool
+		}{
+			{"alone", nil, tc.alone},
+			{"beside-kueue", KueueOwners, tc.beside},
+			{"beside-kueue batch/Job", jobOnly, tc.besideJobOnly},
+		} {
+			t.Run(tc.name+"/"+preset.name, func(t *testing.T) {
+				got, err := Decide(tc.pod, preset.left, nil)
+				if err != nil || got.Managed() != preset.managed {
+					t.Fatalf("Decide = %+v, %v; want managed %v", got, err, preset.managed)
+				}
+				if got.LeftToKueue == preset.managed {
+					t.Errorf("LeftToKueue = %v, want %v", got.LeftToKueue, !preset.managed)
+				}
+				if preset.managed && got.Queue != "q" {
+					t.Errorf("queue = %q, want q", got.Queue)
+				}
+			})
+		}
+	}
+}
+
+func TestPresetInEffect(t *testing.T) {
+	tests := []struct {
+		preset    Preset
+		kueue     bool
+		wantInUse Preset
+	}{
+		{PresetAuto, false, PresetAlone},
+		{PresetAuto, true, PresetBesideKueue},
+		{PresetAlone, true, PresetAlone},
+		{PresetAlone, false, PresetAlone},
+		{PresetBesideKueue, false, PresetBesideKueue},
+		{PresetBesideKueue, true, PresetBesideKueue},
+	}
+	for _, tc := range tests {
+		if got := tc.preset.InEffect(tc.kueue); got != tc.wantInUse {
+			t.Errorf("%s.InEffect(kueue installed %v) = %s, want %s", tc.preset, tc.kueue, got, tc.wantInUse)
+		}
+	}
+	for _, p := range Presets {
+		if got, err := ParsePreset(string(p)); err != nil || got != p {
+			t.Errorf("ParsePreset(%q) = %q, %v", p, got, err)
+		}
+	}
+	if _, err := ParsePreset("kueue"); err == nil || !strings.Contains(err.Error(), "--owners") || !strings.Contains(err.Error(), "beside-kueue") {
+		t.Errorf("ParsePreset(kueue) error = %v, want one naming --owners and the presets", err)
+	}
+}
+
+func TestParseKinds(t *testing.T) {
+	got, err := ParseKinds(" batch/Job, kubeflow.org/PyTorchJob,/ReplicationController ")
+	want := []schema.GroupKind{{Group: "batch", Kind: "Job"}, {Group: "kubeflow.org", Kind: "PyTorchJob"}, {Kind: "ReplicationController"}}
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("ParseKinds = %v, %v; want %v", got, err, want)
+	}
+	if FormatKinds(want) != "batch/Job,kubeflow.org/PyTorchJob,/ReplicationController" {
+		t.Errorf("FormatKinds = %q", FormatKinds(want))
+	}
+	for _, bad := range []string{"Job", "batch/"} {
+		if _, err := ParseKinds(bad); err == nil || !strings.Contains(err.Error(), "group/Kind") {
+			t.Errorf("ParseKinds(%q) error = %v, want one naming the form group/Kind", bad, err)
+		}
+	}
+	if got, err := ParseKinds(""); err != nil || len(got) != 0 {
+		t.Errorf("ParseKinds(\"\") = %v, %v; want nothing", got, err)
 	}
 }
 
 func TestDecide(t *testing.T) {
 	errLookup := errors.New("cache down")
 	tests := []struct {
-		name       string
+		name string
+		// labels of the pod; optedIn: its namespace opted in to defaulting.
 		labels     map[string]string
+		optedIn    bool
 		exists     bool
 		lookupErr  error
 		want       Decision
@@ -71,15 +142,20 @@ func TestDecide(t *testing.T) {
 		wantErr    bool
 	}{
 		{name: "own queue", labels: map[string]string{podkeys.QueueNameLabel: "q"}, want: Decision{Queue: "q"}},
-		{name: "own queue wins over default", labels: map[string]string{podkeys.QueueNameLabel: "q"}, exists: true, want: Decision{Queue: "q"}},
-		{name: "no queue, no default", wantLookup: true},
-		{name: "no queue, default exists", exists: true, wantLookup: true, want: Decision{Queue: DefaultQueue, Defaulted: true}},
-		{name: "lookup fails", lookupErr: errLookup, wantLookup: true, wantErr: true},
+		{name: "own queue wins over default", labels: map[string]string{podkeys.QueueNameLabel: "q"}, optedIn: true, exists: true, want: Decision{Queue: "q"}},
+		{name: "no queue, not opted in, default exists", exists: true},
+		{name: "no queue, opted in, no default", optedIn: true, wantLookup: true},
+		{name: "no queue, opted in, default exists", optedIn: true, exists: true, wantLookup: true, want: Decision{Queue: DefaultQueue, Defaulted: true}},
+		{name: "lookup fails", optedIn: true, lookupErr: errLookup, wantLookup: true, wantErr: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			looked := false
-			got, err := Decide(newPod(tc.labels), func() (bool, error) { looked = true; return tc.exists, tc.lookupErr })
+			var lookup func() (bool, error)
+			if tc.optedIn {
+				lookup = func() (bool, error) { looked = true; return tc.exists, tc.lookupErr }
+			}
+			got, err := Decide(newPod(tc.labels), nil, lookup)
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("Decide error = %v, want error %v", err, tc.wantErr)
 			}

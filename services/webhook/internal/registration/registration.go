@@ -22,8 +22,26 @@ import (
 
 // Names of the individual webhooks inside the configurations.
 const (
-	MutatingWebhookName   = "mutate.pods.sluice.dev"
+	// MutatingWebhookName queues the pods that name a queue, in managed
+	// namespaces that did not opt in to defaulting.
+	MutatingWebhookName = "mutate.pods.sluice.dev"
+	// DefaultingWebhookName queues every pod of the managed namespaces that
+	// opted in to defaulting: a pod without a queue goes to the LocalQueue
+	// named default.
+	DefaultingWebhookName = "default.pods.sluice.dev"
+	// ValidatingWebhookName judges updates of the pods sluice manages.
 	ValidatingWebhookName = "validate.pods.sluice.dev"
+	// UnqueuedWebhookName refuses new pods that carry sluice's managed
+	// label but no queue.
+	UnqueuedWebhookName = "unqueued.pods.sluice.dev"
+)
+
+// DefaultingLabel, set to DefaultingEnabled on a namespace by a cluster
+// admin, opts the namespace in to queue defaulting. Namespace labels are
+// not the namespace users' to change, so they cannot opt out of quota.
+const (
+	DefaultingLabel   = "sluice.dev/queue-defaulting"
+	DefaultingEnabled = "enabled"
 )
 
 // Options describe where the API server reaches the webhook and which
@@ -40,8 +58,9 @@ type Options struct {
 	// CABundle is the PEM CA certificate the API server trusts the webhook's
 	// serving certificate with.
 	CABundle []byte
-	// MutatePath and ValidatePath are the handlers' HTTP paths.
-	MutatePath, ValidatePath string
+	// MutatePath, DefaultPath and ValidatePath are the handlers' HTTP
+	// paths.
+	MutatePath, DefaultPath, ValidatePath string
 	// Namespaces selects the namespaces whose pods are sent to the webhook.
 	Namespaces *metav1.LabelSelector
 	// SystemNamespace is the namespace of sluice's own service accounts,
@@ -99,52 +118,116 @@ func podRule(ops ...admissionregistrationv1.OperationType) []admissionregistrati
 	}}
 }
 
-// Mutating returns the configuration of the mutating webhook: pod CREATE
-// only, failing closed. It also validates the created pod, and is reinvoked
-// if a later mutating webhook changes the pod, so validation sees the final
-// object.
+// with returns a copy of sel that also requires reqs.
+func with(sel *metav1.LabelSelector, reqs ...metav1.LabelSelectorRequirement) *metav1.LabelSelector {
+	out := &metav1.LabelSelector{}
+	if sel != nil {
+		out = sel.DeepCopy()
+	}
+	out.MatchExpressions = append(out.MatchExpressions, reqs...)
+	return out
+}
+
+func exists(key string) metav1.LabelSelectorRequirement {
+	return metav1.LabelSelectorRequirement{Key: key, Operator: metav1.LabelSelectorOpExists}
+}
+
+func doesNotExist(key string) metav1.LabelSelectorRequirement {
+	return metav1.LabelSelectorRequirement{Key: key, Operator: metav1.LabelSelectorOpDoesNotExist}
+}
+
+// defaulting selects the namespaces that opted in to queue defaulting, or,
+// with NotIn, those that did not.
+func defaulting(op metav1.LabelSelectorOperator) metav1.LabelSelectorRequirement {
+	return metav1.LabelSelectorRequirement{Key: DefaultingLabel, Operator: op, Values: []string{DefaultingEnabled}}
+}
+
+// Mutating returns the configuration of the mutating webhooks, pod CREATE
+// only, failing closed. The API server calls them only for pods sluice is
+// asked to queue, so a webhook that is down stops no other pod:
+//
+//   - MutatingWebhookName, in managed namespaces that did not opt in to
+//     defaulting, for the pods that name a queue;
+//   - DefaultingWebhookName, in managed namespaces that opted in, for every
+//     pod: there a pod without a queue goes to the LocalQueue default, and
+//     a namespace that asked for every pod to be queued must not see pods
+//     escape quota while the webhook is down.
+//
+// The two never both match one pod, so a pod costs one call. Selecting
+// every pod of an opted-in namespace, rather than only those without a
+// queue, keeps the defaulting webhook matching the pod it labelled: the
+// API server evaluates selectors again on reinvocation.
+//
+// Both validate the created pod too, and are reinvoked if a later mutating
+// webhook changes the pod, so validation sees the final object.
 func Mutating(o Options) *admissionregistrationv1.MutatingWebhookConfiguration {
-	return &admissionregistrationv1.MutatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: o.Name},
-		Webhooks: []admissionregistrationv1.MutatingWebhook{{
-			Name:                    MutatingWebhookName,
-			ClientConfig:            o.clientConfig(o.MutatePath),
+	hook := func(name, path string, ns, obj *metav1.LabelSelector) admissionregistrationv1.MutatingWebhook {
+		return admissionregistrationv1.MutatingWebhook{
+			Name:                    name,
+			ClientConfig:            o.clientConfig(path),
 			Rules:                   podRule(admissionregistrationv1.Create),
 			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
 			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
-			NamespaceSelector:       o.Namespaces,
-			ObjectSelector:          &metav1.LabelSelector{},
+			NamespaceSelector:       ns,
+			ObjectSelector:          obj,
 			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
 			TimeoutSeconds:          ptr.To[int32](10),
 			AdmissionReviewVersions: []string{"v1"},
 			ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
-		}},
+		}
+	}
+	return &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: o.Name},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{
+			hook(MutatingWebhookName, o.MutatePath,
+				with(o.Namespaces, defaulting(metav1.LabelSelectorOpNotIn)),
+				with(nil, exists(podkeys.QueueNameLabel))),
+			hook(DefaultingWebhookName, o.DefaultPath,
+				with(o.Namespaces, defaulting(metav1.LabelSelectorOpIn)),
+				&metav1.LabelSelector{}),
+		},
 	}
 }
 
-// Validating returns the configuration of the validating webhook: pod
-// UPDATE only (the mutating webhook validates CREATE), failing closed,
-// skipping sluice's own service accounts and updates that leave every
-// queueing key alone.
+// Validating returns the configuration of the validating webhooks, failing
+// closed, in managed namespaces:
+//
+//   - ValidatingWebhookName judges pod UPDATEs (the mutating webhooks
+//     validate CREATE) of the pods that carry the managed label, which
+//     every pod sluice queues has; on UPDATE the API server matches the
+//     selector against the old and the new pod, so removing or adding the
+//     label is judged too. It skips sluice's own service accounts and
+//     updates that leave every queueing key alone.
+//   - UnqueuedWebhookName refuses the CREATE of a pod that carries the
+//     managed label but names no queue: the grouper follows every pod
+//     labelled managed, and such a pod reaches no mutating webhook.
 func Validating(o Options) *admissionregistrationv1.ValidatingWebhookConfiguration {
-	return &admissionregistrationv1.ValidatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: o.Name},
-		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
-			Name:              ValidatingWebhookName,
-			ClientConfig:      o.clientConfig(o.ValidatePath),
-			Rules:             podRule(admissionregistrationv1.Update),
-			FailurePolicy:     ptr.To(admissionregistrationv1.Fail),
-			MatchPolicy:       ptr.To(admissionregistrationv1.Equivalent),
-			NamespaceSelector: o.Namespaces,
-			ObjectSelector:    &metav1.LabelSelector{},
-			MatchConditions: []admissionregistrationv1.MatchCondition{
-				{Name: "not-from-sluice", Expression: SkipOwnServiceAccounts(o.SystemNamespace)},
-				{Name: "queueing-keys-may-change", Expression: OnlyQueueingChanges()},
-			},
+	hook := func(name string, op admissionregistrationv1.OperationType, obj *metav1.LabelSelector) admissionregistrationv1.ValidatingWebhook {
+		return admissionregistrationv1.ValidatingWebhook{
+			Name:                    name,
+			ClientConfig:            o.clientConfig(o.ValidatePath),
+			Rules:                   podRule(op),
+			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
+			NamespaceSelector:       o.Namespaces,
+			ObjectSelector:          obj,
 			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
 			TimeoutSeconds:          ptr.To[int32](10),
 			AdmissionReviewVersions: []string{"v1"},
-		}},
+		}
+	}
+	update := hook(ValidatingWebhookName, admissionregistrationv1.Update, with(nil, exists(podkeys.ManagedLabel)))
+	update.MatchConditions = []admissionregistrationv1.MatchCondition{
+		{Name: "not-from-sluice", Expression: SkipOwnServiceAccounts(o.SystemNamespace)},
+		{Name: "queueing-keys-may-change", Expression: OnlyQueueingChanges()},
+	}
+	return &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: o.Name},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{
+			update,
+			hook(UnqueuedWebhookName, admissionregistrationv1.Create,
+				with(nil, exists(podkeys.ManagedLabel), doesNotExist(podkeys.QueueNameLabel))),
+		},
 	}
 }
 
@@ -187,7 +270,7 @@ func ForeignPodWebhooks(ctx context.Context, c client.Client) ([]string, error) 
 	var found []string
 	for _, cfg := range list.Items {
 		for _, wh := range cfg.Webhooks {
-			if wh.Name == MutatingWebhookName || !coversPods(wh.Rules) || !looksLikeKueue(cfg.Name, wh) {
+			if wh.Name == MutatingWebhookName || wh.Name == DefaultingWebhookName || !coversPods(wh.Rules) || !looksLikeKueue(cfg.Name, wh) {
 				continue
 			}
 			found = append(found, cfg.Name+"/"+wh.Name)

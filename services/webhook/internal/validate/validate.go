@@ -60,6 +60,14 @@ const (
 	// DetailManagedRemoved is the detail when an update removes the managed
 	// label from a pod sluice manages.
 	DetailManagedRemoved = "sluice tracks the pod by this label until it is deleted; it cannot be removed"
+	// DetailManagedUnqueued is the detail when a pod sluice does not queue
+	// is created with the managed label: the grouper follows every pod
+	// that carries it, and would take the pod for one it queued.
+	DetailManagedUnqueued = "sluice sets this label on the pods it queues, and this pod is not queued " +
+		"(it has no " + podkeys.QueueNameLabel + " label, or its controller is left to Kueue); remove this label"
+	// DetailManagedAdded is the detail when an update adds the managed
+	// label to a pod that was created without it.
+	DetailManagedAdded = "sluice sets this label when it queues a pod at creation; it cannot be added later"
 	// DetailQueueImmutable is the detail when a running pod changes queue.
 	DetailQueueImmutable = "the queue can only change while the pod waits for admission or after it has finished"
 	// DetailGroupImmutable is the detail when a pod leaves or changes its group.
@@ -131,6 +139,13 @@ func Update(old, pod *corev1.Pod) field.ErrorList {
 		}
 	}
 
+	// A pod sluice did not queue at creation stays unqueued: with the label
+	// the grouper would take it for one of its own.
+	// (Any other value is refused by Create.)
+	if _, had := old.Labels[podkeys.ManagedLabel]; !had && pod.Labels[podkeys.ManagedLabel] == podkeys.ManagedLabelValue {
+		errs = append(errs, field.Forbidden(managedPath, DetailManagedAdded))
+	}
+
 	oldQueue, newQueue := old.Labels[podkeys.QueueNameLabel], pod.Labels[podkeys.QueueNameLabel]
 	if oldQueue != newQueue && !gated(old) && !podgroup.Ended(old) {
 		errs = append(errs, field.Invalid(queueNamePath, newQueue, DetailQueueImmutable))
@@ -154,6 +169,16 @@ func Update(old, pod *corev1.Pod) field.ErrorList {
 		errs = append(errs, field.Forbidden(retriablePath, DetailRetriableFinal))
 	}
 	return errs
+}
+
+// Unqueued returns what is wrong with a new pod that sluice does not queue:
+// it may not carry the managed label, by which the grouper follows the
+// pods sluice queued (and whose group it would join by its group label).
+func Unqueued(pod *corev1.Pod) field.ErrorList {
+	if _, ok := pod.Labels[podkeys.ManagedLabel]; !ok {
+		return nil
+	}
+	return field.ErrorList{field.Forbidden(managedPath, DetailManagedUnqueued)}
 }
 
 // SluiceKeys returns what is wrong with the sluice.dev/ keys of a new pod:

@@ -290,7 +290,12 @@ func TestUpdate(t *testing.T) {
 			want: []want{{field.ErrorTypeForbidden, mngField, DetailManagedValue}},
 		},
 		{name: "managed label kept", old: running(pod(managed(q("a")), nil)), new: running(pod(managed(q("a")), nil))},
-		{name: "managed label added", old: pod(q("a"), nil), new: pod(managed(q("a")), nil)},
+		{
+			// The grouper would take a pod sluice did not queue for one
+			// it did.
+			name: "managed label added", old: pod(q("a"), nil), new: pod(managed(q("a")), nil),
+			want: []want{{field.ErrorTypeForbidden, mngField, DetailManagedAdded}},
+		},
 		{
 			// A pod that never passed through sluice may carry a stray
 			// value; removing it is how it gets valid again.
