@@ -74,6 +74,9 @@ func run() error {
 	window := app.DefaultPodGroupReplacementWindow
 	fs.DurationVar(&window, "pod-group-replacement-window", app.DefaultPodGroupReplacementWindow,
 		"replacement window of ClusterQueues without their own spec.podGroupReplacementWindow: a pod group that holds quota and has no pod left keeps it this long for its pods to be created again, then its Workload is deleted and the quota given back (0: at once)")
+	releaseWait := app.DefaultReleaseWait
+	fs.DurationVar(&releaseWait, "release-wait", app.DefaultReleaseWait,
+		"how long a deleted Workload waits, from its deletion, for an admission-check provider that fails its Release; then the Release is kept in the AdmissionCheck's status.owedReleases, delivered when the provider answers, and the Workload goes (0: at the first failure)")
 	var limit int
 	fs.IntVar(&limit, "requeuing-backoff-limit-count", -1,
 		"requeues allowed after missed default deadlines before the workload is deactivated (negative: no limit)")
@@ -87,6 +90,10 @@ func run() error {
 	}
 	cfg.PodGroupReplacementWindow = &window
 	if err := cfg.ValidateReplacementWindow(); err != nil {
+		return err
+	}
+	cfg.ReleaseWait = &releaseWait
+	if err := cfg.ValidateReleaseWait(); err != nil {
 		return err
 	}
 	cfg.Namespace = namespace

@@ -33,7 +33,10 @@ func TestMain(m *testing.M) {
 			// every group test also binds through a PodGroup.
 			opts := harness.Options{
 				BinDir: os.Getenv("SLUICE_SERVICES_BIN"),
-				Args:   map[string][]string{"webhook": {"--gang-scheduling"}},
+				Args: map[string][]string{"webhook": {"--gang-scheduling"},
+					// A deleted Workload waits this long for a provider
+					// that is down (owed_release_test.go).
+					"admitter": {"--release-wait", "3s"}},
 			}
 			if sluice, err = harness.Start(ctx, e, opts); err != nil {
 				return err

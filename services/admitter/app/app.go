@@ -37,6 +37,7 @@ import (
 	"github.com/sluice-dev/sluice/services/admitter/internal/controller"
 	"github.com/sluice-dev/sluice/services/admitter/internal/lifecycle"
 	"github.com/sluice-dev/sluice/services/admitter/internal/metrics"
+	"github.com/sluice-dev/sluice/services/admitter/internal/releases"
 	"github.com/sluice-dev/sluice/services/admitter/internal/server"
 	"github.com/sluice-dev/sluice/services/admitter/internal/startup"
 	"github.com/sluice-dev/sluice/services/admitter/internal/stream"
@@ -55,6 +56,9 @@ const (
 	// DefaultPodGroupReplacementWindow is the replacement window of pod
 	// groups that hold quota, unless set (see lifecycle.Writer.NoPods).
 	DefaultPodGroupReplacementWindow = lifecycle.DefaultReplacementWindow
+	// DefaultReleaseWait is how long a deleted Workload waits for
+	// providers that fail its Releases, unless set.
+	DefaultReleaseWait = releases.DefaultWait
 )
 
 // Config is everything the admitter needs to run.
@@ -121,6 +125,12 @@ type Config struct {
 	// deleted and the quota given back. Nil means
 	// DefaultPodGroupReplacementWindow; zero gives the quota back at once.
 	PodGroupReplacementWindow *time.Duration
+
+	// ReleaseWait is how long a deleted Workload waits, from its
+	// deletionTimestamp, for providers that fail its Releases before they
+	// are handed over to their AdmissionChecks' status.owedReleases and the
+	// Workload goes. Nil means DefaultReleaseWait.
+	ReleaseWait *time.Duration
 
 	// Ready, if set, is called once the admitter leads and serves.
 	Ready func()
@@ -196,6 +206,25 @@ func (cfg Config) ValidateReplacementWindow() error {
 	return err
 }
 
+// releaseWait is cfg's ReleaseWait, the default filled in, or an error
+// naming the flag and the rule.
+func (cfg Config) releaseWait() (time.Duration, error) {
+	if cfg.ReleaseWait == nil {
+		return DefaultReleaseWait, nil
+	}
+	if w := *cfg.ReleaseWait; w < 0 {
+		return 0, fmt.Errorf("admitter config: --release-wait %s: must not be negative", w)
+	}
+	return *cfg.ReleaseWait, nil
+}
+
+// ValidateReleaseWait refuses a release wait that cannot be applied,
+// naming the flag and the rule.
+func (cfg Config) ValidateReleaseWait() error {
+	_, err := cfg.releaseWait()
+	return err
+}
+
 // serverSecurity returns the gRPC server's transport credentials and
 // authorization, and what stops the credentials' file watching.
 func serverSecurity(log logr.Logger, cfg Config) ([]grpc.ServerOption, func(), error) {
@@ -258,6 +287,10 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 		return err
 	}
 	window, err := cfg.replacementWindow()
+	if err != nil {
+		return err
+	}
+	releaseWait, err := cfg.releaseWait()
 	if err != nil {
 		return err
 	}
@@ -333,6 +366,7 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 		WriteConcurrency:  cfg.WriteConcurrency,
 		CheckWorkers:      cfg.CheckWorkers,
 		ReleaseWorkers:    cfg.ReleaseWorkers,
+		ReleaseWait:       releaseWait,
 		StatusInterval:    cfg.StatusInterval,
 		ProbeInterval:     cfg.ProbeInterval,
 		EventInterval:     cfg.EventInterval,

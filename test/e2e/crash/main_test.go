@@ -15,6 +15,7 @@ package crash
 import (
 	"context"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -43,10 +44,13 @@ func TestMain(m *testing.M) {
 			// Debug logs of the two services that crash: a failed case is
 			// read from them.
 			debug := []string{"--log-level", "debug"}
+			// A deleted Workload waits this long for a provider that is
+			// down (owed_release_test.go).
+			admitter := append(slices.Clone(debug), "--release-wait", "2s")
 			sluice, err = harness.Start(ctx, e, harness.Options{
 				Tags: []string{"sluice_crashpoints"},
 				// KEP-976 groups get a scheduler gang, as in `make run`.
-				Args: map[string][]string{"admitter": debug, "grouper": debug, "webhook": {"--gang-scheduling"}},
+				Args: map[string][]string{"admitter": admitter, "grouper": debug, "webhook": {"--gang-scheduling"}},
 			})
 			if err != nil {
 				return err

@@ -92,6 +92,10 @@ type Config struct {
 	CheckWorkers int
 	// ReleaseWorkers bounds the Release calls in flight.
 	ReleaseWorkers int
+	// ReleaseWait is how long a deleted Workload waits for providers that
+	// fail its Releases before they are handed over to their
+	// AdmissionChecks' status.owedReleases (see releases.Tracker.HandOver).
+	ReleaseWait time.Duration
 	// StatusInterval is the least time between two status writes of one
 	// ClusterQueue or LocalQueue.
 	StatusInterval time.Duration
@@ -158,7 +162,8 @@ func New(cfg Config) *Admitter {
 	})
 	a.releases = releases.New(releases.Config{
 		Checks: cfg.Checks, Check: a.sched.Check, Workers: cfg.ReleaseWorkers,
-		Acknowledged: func(key types.NamespacedName) { a.writer.WatchDeletion(key) },
+		Client: cfg.Client, Recorder: cfg.Recorder, Metrics: cfg.Metrics, Wait: cfg.ReleaseWait,
+		Changed: func(key types.NamespacedName) { a.writer.WatchDeletion(key) },
 	})
 	a.writer = lifecycle.New(lifecycle.Config{
 		Client: cfg.Client, APIReader: cfg.APIReader, Store: a.store, Locks: locks,
@@ -236,6 +241,7 @@ func (a *Admitter) Watch(ctx context.Context) error {
 			AddFunc: func(obj any) {
 				ac := obj.(*v1alpha1.AdmissionCheck)
 				a.sched.SetCheck(ac)
+				a.releases.SetCheck(ac)
 				a.prober.Enqueue(ac.Name)
 				a.changes.Trigger()
 				a.triggerCycle()
@@ -243,6 +249,7 @@ func (a *Admitter) Watch(ctx context.Context) error {
 			UpdateFunc: func(oldObj, obj any) {
 				ac := obj.(*v1alpha1.AdmissionCheck)
 				a.sched.SetCheck(ac)
+				a.releases.SetCheck(ac)
 				if oldObj.(*v1alpha1.AdmissionCheck).Generation != ac.Generation {
 					a.prober.Enqueue(ac.Name)
 				}
@@ -252,6 +259,7 @@ func (a *Admitter) Watch(ctx context.Context) error {
 			DeleteFunc: func(obj any) {
 				if ac, ok := unwrapDeleted(obj).(*v1alpha1.AdmissionCheck); ok {
 					a.sched.DeleteCheck(ac.Name)
+					a.releases.DeleteCheck(ac.Name)
 				}
 				a.changes.Trigger()
 				a.triggerCycle()

@@ -17,9 +17,12 @@ import (
 
 // A deleted Workload keeps the ResourceInUseFinalizer until the grouper
 // reports that no pod of it holds sluice's finalizer any more, and its
-// providers acknowledged the Releases of its reservation. Until then its
-// decision in force is DELETE and it keeps its quota, so the deletion
-// survives any crash and a resubmission can never bring it back.
+// providers acknowledged the Releases of its reservation — or, for a
+// provider that keeps failing, until the Releases were handed over to its
+// AdmissionCheck's status.owedReleases after the release wait (see
+// handOver). Until then its decision in force is DELETE and it keeps its
+// quota, so the deletion survives any crash and a resubmission can never
+// bring it back.
 
 // stoppedSet remembers the deleted workloads whose pods were reported
 // stopped. It lives in memory: after a restart the grouper reports again
@@ -84,8 +87,8 @@ func (w *Writer) runDeletions(ctx context.Context) {
 
 // finishDeletion lets a deleted workload go once nothing holds it: its
 // pods stopped (or it finished) and every Release of its reservation was
-// acknowledged. A reservation still held is given up first, in one status
-// write that owes its Releases.
+// acknowledged or handed over to its check. A reservation still held is
+// given up first, in one status write that owes its Releases.
 func (w *Writer) finishDeletion(ctx context.Context, key types.NamespacedName) error {
 	unlock := w.cfg.Locks.Lock(key)
 	defer unlock()
@@ -106,9 +109,13 @@ func (w *Writer) finishDeletion(ctx context.Context, key types.NamespacedName) e
 		}
 		orig = w.cfg.Store.Get(key)
 	}
+	var handed []releases.Owed
 	if w.cfg.Releases.Outstanding(orig) {
 		w.cfg.Releases.Enqueue(orig) // the last acknowledgement queues this again
-		return nil
+		var ok bool
+		if handed, ok = w.handOver(orig); !ok {
+			return nil
+		}
 	}
 	done := orig.DeepCopy()
 	done.Finalizers = slices.DeleteFunc(done.Finalizers, func(f string) bool { return f == v1alpha1.ResourceInUseFinalizer })
@@ -116,6 +123,7 @@ func (w *Writer) finishDeletion(ctx context.Context, key types.NamespacedName) e
 		return err
 	}
 	crashpoint.Hit("admitter/remove-finalizer")
+	w.handedOver(ctx, done, handed)
 	ctrl.LoggerFrom(ctx).V(1).Info("deleted workload released", "workload", key.String(), "after", time.Since(orig.DeletionTimestamp.Time))
 	return nil
 }

@@ -60,6 +60,13 @@ type Metrics struct {
 	// Revocations counts admitted workloads evicted because a check no
 	// longer answered Ready, per check and the state it answered.
 	Revocations *prometheus.CounterVec
+	// OwedReleases is the number of Releases held in each AdmissionCheck's
+	// status.owedReleases for deleted workloads, per check.
+	OwedReleases *prometheus.GaugeVec
+	// ReleaseHandovers counts deleted workloads that stopped waiting for a
+	// check's provider and handed their Release over to the check, per
+	// check.
+	ReleaseHandovers *prometheus.CounterVec
 }
 
 // New creates the collectors and registers them with reg. Collectors that
@@ -136,6 +143,14 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: namespace, Name: "admission_revocations_total",
 			Help: "Admitted workloads evicted because an admission check no longer answered Ready, per check and answer.",
 		}, []string{"check", "state"}),
+		OwedReleases: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "owed_releases",
+			Help: "Releases held in an AdmissionCheck's status.owedReleases for deleted workloads, per check.",
+		}, []string{"check"}),
+		ReleaseHandovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "release_wait_handovers_total",
+			Help: "Deleted workloads that stopped waiting for a check's provider after --release-wait and handed the Release to the check, per check.",
+		}, []string{"check"}),
 	}
 	var err error
 	register := func(c prometheus.Collector) prometheus.Collector {
@@ -165,6 +180,8 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.WatchStreamsOpen = register(m.WatchStreamsOpen).(prometheus.Gauge)
 	m.WatchKeys = register(m.WatchKeys).(*prometheus.CounterVec)
 	m.Revocations = register(m.Revocations).(*prometheus.CounterVec)
+	m.OwedReleases = register(m.OwedReleases).(*prometheus.GaugeVec)
+	m.ReleaseHandovers = register(m.ReleaseHandovers).(*prometheus.CounterVec)
 	if err != nil {
 		return nil, fmt.Errorf("register admitter metrics: %w", err)
 	}

@@ -5,6 +5,11 @@
 // written back lazily, pruned from the workload's next status write; after
 // a restart the unpruned entries are sent again, which the contract allows
 // (Release is idempotent).
+//
+// A deleted workload does not wait for an unreachable provider for ever:
+// once its wait is over (HandOver) its outstanding Releases move to the
+// AdmissionCheck's status.owedReleases, which the Tracker sends the same
+// way and empties as they are acknowledged.
 package releases
 
 import (
@@ -14,30 +19,42 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	checksv1 "github.com/sluice-dev/sluice/gen/sluice/checks/v1"
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 	"github.com/sluice-dev/sluice/services/admitter/internal/checks"
+	"github.com/sluice-dev/sluice/services/admitter/internal/metrics"
 	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
 )
 
 const (
 	// DefaultWorkers bounds the Release calls in flight.
 	DefaultWorkers = 8
+	// DefaultWait is how long a deleted workload waits for its providers
+	// before its outstanding Releases are handed over to its checks.
+	DefaultWait = time.Minute
 	// callTimeout bounds one Release call.
 	callTimeout = 30 * time.Second
 )
 
-// item is one Release owed.
+// item is one Release owed: by a workload (its status.pendingReleases) or,
+// with owed set, held in the check's status.owedReleases for a workload
+// that is gone. The two are distinct items even for the same Release, so
+// that each source is settled on its own.
 type item struct {
 	key           types.NamespacedName
 	uid           types.UID
 	check         string
 	reservationID string
 	reason        v1alpha1.ReleaseReason
+	owed          bool
 }
+
+func (it item) entry() entryKey { return entryKey{uid: it.uid, reservationID: it.reservationID} }
 
 // Config is what a Tracker needs.
 type Config struct {
@@ -45,19 +62,45 @@ type Config struct {
 	Checks *checks.Pool
 	// Check returns the AdmissionCheck of that name, or nil when it is gone.
 	Check func(name string) *v1alpha1.AdmissionCheck
-	// Acknowledged is told when a Release of the workload was
-	// acknowledged (a deleted workload may be waiting for it).
-	Acknowledged func(types.NamespacedName)
+	// Client writes AdmissionCheck status (status.owedReleases).
+	Client client.Client
+	// Recorder tells on the AdmissionCheck of the Releases handed over to
+	// it: the Workloads' own events cannot be recorded in a namespace
+	// being deleted. Nil records none.
+	Recorder events.EventRecorder
+	// Metrics are the admitter's collectors; nil records nothing.
+	Metrics *metrics.Metrics
+	// Changed is told when something a deleted workload may be waiting
+	// for happened: a Release of it was acknowledged, failed for the
+	// first time, or was written to its check's status.owedReleases.
+	Changed func(types.NamespacedName)
 	// Workers bounds the Release calls in flight.
 	Workers int
+	// Wait is how long a deleted workload waits, from its
+	// deletionTimestamp, for providers that fail its Releases before
+	// HandOver moves them to the checks; zero hands them over at the
+	// first failure.
+	Wait time.Duration
 }
 
 // Tracker tracks the Release calls owed and acknowledged, and sends them.
 type Tracker struct {
-	cfg   Config
-	q     workqueue.TypedRateLimitingInterface[item]
-	mu    sync.Mutex
+	cfg Config
+	q   workqueue.TypedRateLimitingInterface[item]
+
+	mu sync.Mutex
+	// live are the items still owed; an item dequeued that is not live
+	// any more (its workload or its entry gone) is dropped.
+	live  map[item]bool
 	acked map[item]bool
+	// failed are the items whose Release failed at least once in this
+	// process: only those may be handed over.
+	failed map[item]bool
+	// fullNoted are the workloads already told the owedReleases of a
+	// check are full, so the event is not repeated on every look.
+	fullNoted map[types.NamespacedName]bool
+
+	ledger *ledger
 }
 
 // New returns a Tracker that sends nothing until Run.
@@ -65,15 +108,23 @@ func New(cfg Config) *Tracker {
 	if cfg.Workers <= 0 {
 		cfg.Workers = DefaultWorkers
 	}
-	if cfg.Acknowledged == nil {
-		cfg.Acknowledged = func(types.NamespacedName) {}
+	if cfg.Changed == nil {
+		cfg.Changed = func(types.NamespacedName) {}
 	}
-	return &Tracker{
+	if cfg.Check == nil {
+		cfg.Check = func(string) *v1alpha1.AdmissionCheck { return nil }
+	}
+	t := &Tracker{
 		cfg: cfg,
 		q: workqueue.NewTypedRateLimitingQueue(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[item](checks.DefaultInitialBackoff, checks.DefaultMaxBackoff)),
-		acked: map[item]bool{},
+		live:      map[item]bool{},
+		acked:     map[item]bool{},
+		failed:    map[item]bool{},
+		fullNoted: map[types.NamespacedName]bool{},
 	}
+	t.ledger = newLedger(t)
+	return t
 }
 
 // Owe adds to wl's status a Release for each check of its current
@@ -100,7 +151,14 @@ func itemOf(wl *v1alpha1.Workload, p v1alpha1.PendingRelease) item {
 // Enqueue queues every Release wl owes that is not acknowledged yet.
 func (t *Tracker) Enqueue(wl *v1alpha1.Workload) {
 	for _, p := range wl.Status.PendingReleases {
-		if it := itemOf(wl, p); !t.isAcked(it) {
+		it := itemOf(wl, p)
+		t.mu.Lock()
+		add := !t.acked[it]
+		if add {
+			t.live[it] = true
+		}
+		t.mu.Unlock()
+		if add {
 			t.q.Add(it)
 		}
 	}
@@ -116,6 +174,25 @@ func (t *Tracker) ack(it item) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.acked[it] = true
+	delete(t.live, it)
+	delete(t.failed, it)
+}
+
+// fail records a failed attempt and reports whether it was the first.
+func (t *Tracker) fail(it item) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.failed[it] || !t.live[it] {
+		return false
+	}
+	t.failed[it] = true
+	return true
+}
+
+func (t *Tracker) isLive(it item) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.live[it]
 }
 
 // Outstanding reports whether wl owes a Release not acknowledged yet.
@@ -136,23 +213,29 @@ func (t *Tracker) Prune(status *v1alpha1.WorkloadStatus, wl *v1alpha1.Workload) 
 	})
 }
 
-// Forget drops what is known of a workload that is gone.
+// Forget drops what is known of a workload that is gone; its Releases
+// still queued are not sent (those handed over are its checks' now).
 func (t *Tracker) Forget(key types.NamespacedName) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for it := range t.acked {
-		if it.key == key {
-			delete(t.acked, it)
+	for _, m := range []map[item]bool{t.acked, t.live, t.failed} {
+		for it := range m {
+			if it.key == key && !it.owed {
+				delete(m, it)
+			}
 		}
 	}
+	delete(t.fullNoted, key)
 }
 
-// Run sends the Release calls owed until ctx ends.
+// Run sends the Release calls owed, and writes the checks' owedReleases,
+// until ctx ends.
 func (t *Tracker) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	for range t.cfg.Workers {
 		wg.Go(func() { t.work(ctx) })
 	}
+	wg.Go(func() { t.ledger.run(ctx) })
 	<-ctx.Done()
 	t.q.ShutDown()
 	wg.Wait()
@@ -164,22 +247,41 @@ func (t *Tracker) work(ctx context.Context) {
 		if shutdown {
 			return
 		}
-		if t.send(ctx, it) {
-			t.q.Forget(it)
-			t.ack(it)
-			t.cfg.Acknowledged(it.key)
-		} else if ctx.Err() == nil {
-			t.q.AddRateLimited(it)
-		}
+		t.process(ctx, it)
 		t.q.Done(it)
 	}
+}
+
+func (t *Tracker) process(ctx context.Context, it item) {
+	if !t.isLive(it) {
+		t.q.Forget(it) // settled meanwhile, or its workload or entry is gone
+		return
+	}
+	if t.send(ctx, it) {
+		t.q.Forget(it)
+		t.ack(it)
+		// Either source settles the Release: an entry handed over for it
+		// goes too (a crash before that removal sends it once more).
+		t.ledger.remove(it.check, it.entry())
+		if !it.owed {
+			t.cfg.Changed(it.key)
+		}
+		return
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	if t.fail(it) && !it.owed {
+		t.cfg.Changed(it.key)
+	}
+	t.q.AddRateLimited(it)
 }
 
 // send calls Release and reports whether the Release is done with:
 // acknowledged, not supported by the provider, or owed to a check that no
 // longer exists.
 func (t *Tracker) send(ctx context.Context, it item) bool {
-	log := ctrl.LoggerFrom(ctx).WithValues("check", it.check, "workload", it.key.String())
+	log := ctrl.LoggerFrom(ctx).WithValues("check", it.check, "workload", it.key.String(), "owed", it.owed)
 	ac := t.cfg.Check(it.check)
 	if ac == nil {
 		log.V(1).Info("release dropped: the admission check is gone")
