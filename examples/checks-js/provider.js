@@ -26,6 +26,11 @@ const protoLoader = require('@grpc/proto-loader');
 
 const PROVIDER_NAME = 'pool.checks.example.com';
 const CONTRACT_VERSION = 'sluice.checks.v1';
+// The revision of the contract whose rules this provider keeps (see
+// "Revisions" in checks.proto): revision 2's request rules, checked in
+// evaluateRequestProblems and PoolCheck.release, and one answer per
+// evaluation_key. sluice sends it nothing a later revision adds.
+const CONTRACT_REVISION = 'CONTRACT_REVISION_2';
 const VENDOR_VERSION = require('./package.json').version;
 const DEFAULT_ADDR = '127.0.0.1:9091';
 const READY_REASON = 'NodePoolAssigned';
@@ -487,6 +492,7 @@ function main(argv) {
     vendor_version: VENDOR_VERSION,
     contract_versions: [CONTRACT_VERSION],
     capabilities: ['CAPABILITY_POD_SET_UPDATES', 'CAPABILITY_RELEASE'],
+    contract_revision: CONTRACT_REVISION,
   };
   const check = new PoolCheck();
 

@@ -57,6 +57,9 @@ func TestProviderInfo(t *testing.T) {
 		{name: "unknown capability is allowed", mutate: func(r *checksv1.GetProviderInfoResponse) {
 			r.Capabilities = []checksv1.Capability{99}
 		}}, // a later v1 may add capabilities: older callers ignore them
+		{name: "unknown contract revision is allowed", mutate: func(r *checksv1.GetProviderInfoResponse) {
+			r.ContractRevision = 99
+		}}, // a later revision: callers treat it as the latest they know
 		{name: "repeated capability", mutate: func(r *checksv1.GetProviderInfoResponse) {
 			r.Capabilities = append(r.Capabilities, checksv1.Capability_CAPABILITY_RELEASE)
 		}, wantErr: "capabilities[2]: CAPABILITY_RELEASE is listed twice"},

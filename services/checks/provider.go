@@ -27,6 +27,7 @@ type providerFlags struct {
 	name           string
 	budgetConfig   string
 	reloadInterval time.Duration
+	restartGrace   time.Duration
 	approval       *approvalFlags
 }
 
@@ -35,6 +36,8 @@ func bindProviderFlags(fs *flag.FlagSet) *providerFlags {
 	fs.StringVar(&f.name, "provider", providerNodepool, "the provider to serve: nodepool (stateless, any number of replicas), budget (one replica, needs --budget-config) or approval (reads Workloads through --kubeconfig)")
 	fs.StringVar(&f.budgetConfig, "budget-config", "", "with --provider=budget: YAML file of the namespaces' budgets, read again when it changes")
 	fs.DurationVar(&f.reloadInterval, "budget-reload-interval", 5*time.Second, "with --provider=budget: how often --budget-config is read again")
+	fs.DurationVar(&f.restartGrace, "budget-restart-grace", budget.DefaultRestartGrace,
+		fmt.Sprintf("with --provider=budget: after it starts, how long after sluice first watches it (WatchChanges) the check answers waiting workloads PENDING while sluice asks again about admitted ones (%s after the start when never watched; 0: no warm-up)", budget.MaxRestartWarmUp))
 	f.approval = bindApprovalFlags(fs)
 	return f
 }
@@ -71,11 +74,14 @@ func (f *providerFlags) loadBudget() (*provider, error) {
 	if f.reloadInterval <= 0 {
 		return nil, fmt.Errorf("--budget-reload-interval: %s is not positive", f.reloadInterval)
 	}
+	if f.restartGrace < 0 {
+		return nil, fmt.Errorf("--budget-restart-grace: %s is negative", f.restartGrace)
+	}
 	cfg, data, err := budget.LoadFile(f.budgetConfig)
 	if err != nil {
 		return nil, fmt.Errorf("--budget-config: %w", err)
 	}
-	checker := budget.New(cfg, nil)
+	checker := budget.New(cfg, nil, budget.WithRestartGrace(f.restartGrace))
 	return &provider{
 		info:    budget.Info(version),
 		checker: checker,

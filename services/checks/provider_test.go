@@ -37,6 +37,7 @@ func TestProviderFlags(t *testing.T) {
 		{args: []string{"--provider", "budget", "--budget-config", filepath.Join(dir, "none.yaml")}, wantErr: "--budget-config: open"},
 		{args: []string{"--provider", "budget", "--budget-config", bad}, wantErr: `--budget-config: ` + bad + `: namespaces["team-a"].soft["cpu"]: 11 is more than hard["cpu"] 10`},
 		{args: []string{"--provider", "budget", "--budget-config", good, "--budget-reload-interval", "0s"}, wantErr: "--budget-reload-interval: 0s is not positive"},
+		{args: []string{"--provider", "budget", "--budget-config", good, "--budget-restart-grace", "-1s"}, wantErr: "--budget-restart-grace: -1s is negative"},
 	}
 	for _, tt := range tests {
 		err := run(context.Background(), append(tt.args, "--http-addr", "127.0.0.1:0"), io.Discard, nil)
@@ -56,7 +57,8 @@ namespaces:
   conformance: {hard: {cpu: 100, memory: 100Gi}, soft: {cpu: 1}, window: 1h}
   team-a: {hard: {cpu: 10}}
 `)
-	svc := start(t, "--provider", "budget", "--budget-config", path, "--budget-reload-interval", "100ms")
+	// No restart warm-up: the test asks about waiting workloads at once.
+	svc := start(t, "--provider", "budget", "--budget-config", path, "--budget-reload-interval", "100ms", "--budget-restart-grace", "0")
 	conn, err := conformance.Dial(svc.grpcAddr)
 	if err != nil {
 		t.Fatal(err)

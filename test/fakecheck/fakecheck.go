@@ -59,6 +59,7 @@ type options struct {
 	defaultAnswer *checksv1.EvaluateResponse
 	log           logr.Logger
 	serverOpts    []sdk.Option
+	revision      checksv1.ContractRevision
 }
 
 // Option configures Start.
@@ -72,6 +73,13 @@ func WithAddr(addr string) Option { return func(o *options) { o.addr = addr } }
 // POD_SET_UPDATES and RELEASE).
 func WithCapabilities(caps ...checksv1.Capability) Option {
 	return func(o *options) { o.caps = caps }
+}
+
+// WithContractRevision declares rev in GetProviderInfo (default: the
+// SDK's, CONTRACT_REVISION_2). Calls records what the admitter sends,
+// EvaluateRequest.admitted included.
+func WithContractRevision(rev checksv1.ContractRevision) Option {
+	return func(o *options) { o.revision = rev }
 }
 
 // WithDefaultAnswer sets the answer for workloads without their own.
@@ -108,6 +116,7 @@ type Provider struct {
 	addr       string   // where the fake listens whenever it serves
 	netAddr    net.Addr // addr as its first listener gave it
 	caps       []checksv1.Capability
+	revision   checksv1.ContractRevision
 	log        logr.Logger
 	serverOpts []sdk.Option    // TLS, for every server Up starts
 	ctx        context.Context // Start's; serving ends with it
@@ -150,6 +159,7 @@ func Start(ctx context.Context, opts ...Option) (*Provider, error) {
 	}
 	p := &Provider{
 		caps:          o.caps,
+		revision:      o.revision,
 		log:           o.log,
 		serverOpts:    o.serverOpts,
 		ctx:           ctx,
@@ -187,7 +197,7 @@ func (p *Provider) serveLocked(lis net.Listener) error {
 		sdk.WithLogger(p.log), sdk.WithoutResponseValidation(), sdk.WithShutdownTimeout(time.Second),
 		sdk.WithServerOptions(grpc.ChainStreamInterceptor(p.watchInterceptor)),
 	}, p.serverOpts...)
-	srv, err := sdk.NewServer(sdk.Info{Name: ProviderName, VendorVersion: "test", Capabilities: p.caps}, checker{p}, opts...)
+	srv, err := sdk.NewServer(sdk.Info{Name: ProviderName, VendorVersion: "test", Capabilities: p.caps, ContractRevision: p.revision}, checker{p}, opts...)
 	if err != nil {
 		return fmt.Errorf("fakecheck: %w", err)
 	}

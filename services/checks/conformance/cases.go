@@ -13,38 +13,46 @@ import (
 )
 
 // cases are run in this order; later ones use what earlier ones learned
-// (the capabilities, the first answer). The fixtures come after the fixed
-// cases, and the soak, the slowest, comes last.
+// (the capabilities, the first answer). Evaluate/AdmittedFirst comes
+// before every other Evaluate, so that nothing the kit evaluated is held
+// yet. The fixtures come after the fixed cases, and the soak, the
+// slowest, comes last.
+//
+// Each case has the contract revision that brought its rule (see
+// testCase). The WatchChanges cases hold every provider that declares
+// CAPABILITY_WATCH_CHANGES, and the fixtures are the vendor's own: both
+// are of revision 1.
 func cases(fixtures []Fixture) []testCase {
 	cs := []testCase{
-		{"Identity/GetProviderInfo", getProviderInfo},
-		{"Identity/GetProviderInfoStable", getProviderInfoStable},
-		{"Identity/Probe", probe},
-		{"Evaluate/ValidAnswer", evaluateValid},
-		{"Evaluate/Repeatable", evaluateRepeatable},
-		{"Evaluate/NewReservation", evaluateNewReservation},
-		{"Evaluate/TwoChecksOneProvider", evaluateTwoChecks},
-		{"Evaluate/MissingEvaluationKey", malformedEvaluate("Evaluate without evaluation_key", func(r *checksv1.EvaluateRequest) { r.EvaluationKey = "" })},
-		{"Evaluate/MissingWorkload", malformedEvaluate("Evaluate without workload", func(r *checksv1.EvaluateRequest) { r.Workload = nil })},
-		{"Evaluate/LongEvaluationKey", malformedEvaluate("Evaluate with a 513-byte evaluation_key", func(r *checksv1.EvaluateRequest) {
+		{"Identity/GetProviderInfo", 1, getProviderInfo},
+		{"Identity/GetProviderInfoStable", 1, getProviderInfoStable},
+		{"Identity/Probe", 1, probe},
+		{"Evaluate/AdmittedFirst", 3, evaluateAdmittedFirst},
+		{"Evaluate/ValidAnswer", 1, evaluateValid},
+		{"Evaluate/Repeatable", 1, evaluateRepeatable},
+		{"Evaluate/NewReservation", 1, evaluateNewReservation},
+		{"Evaluate/TwoChecksOneProvider", 2, evaluateTwoChecks},
+		{"Evaluate/MissingEvaluationKey", 1, malformedEvaluate("Evaluate without evaluation_key", func(r *checksv1.EvaluateRequest) { r.EvaluationKey = "" })},
+		{"Evaluate/MissingWorkload", 1, malformedEvaluate("Evaluate without workload", func(r *checksv1.EvaluateRequest) { r.Workload = nil })},
+		{"Evaluate/LongEvaluationKey", 2, malformedEvaluate("Evaluate with a 513-byte evaluation_key", func(r *checksv1.EvaluateRequest) {
 			r.EvaluationKey = strings.Repeat("k", checkvalidate.MaxEvaluationKeyBytes+1)
 		})},
-		{"Evaluate/MissingNamespace", malformedEvaluate("Evaluate with an empty workload.namespace", func(r *checksv1.EvaluateRequest) { r.Workload.Namespace = "" })},
-		{"Evaluate/MissingName", malformedEvaluate("Evaluate with an empty workload.name", func(r *checksv1.EvaluateRequest) { r.Workload.Name = "" })},
-		{"Evaluate/UnnamedPodSet", malformedEvaluate("Evaluate with a pod set without a name", withPodSets("main", ""))},
-		{"Evaluate/DuplicatePodSet", malformedEvaluate(`Evaluate with two pod sets named "main"`, withPodSets("main", "main"))},
-		{"Evaluate/PodSetUpdates", evaluatePodSetUpdates},
-		{"Release/MissingEvaluationKey", releaseMissingKey},
-		{"Release/UnknownKey", releaseUnknown},
-		{"Release/Twice", releaseTwice},
-		{"Release/ThenNewReservation", releaseThenNewReservation},
-		{"WatchChanges/Open", watchOpen},
-		{"WatchChanges/PushedKeys", watchPushedKeys},
+		{"Evaluate/MissingNamespace", 2, malformedEvaluate("Evaluate with an empty workload.namespace", func(r *checksv1.EvaluateRequest) { r.Workload.Namespace = "" })},
+		{"Evaluate/MissingName", 2, malformedEvaluate("Evaluate with an empty workload.name", func(r *checksv1.EvaluateRequest) { r.Workload.Name = "" })},
+		{"Evaluate/UnnamedPodSet", 2, malformedEvaluate("Evaluate with a pod set without a name", withPodSets("main", ""))},
+		{"Evaluate/DuplicatePodSet", 2, malformedEvaluate(`Evaluate with two pod sets named "main"`, withPodSets("main", "main"))},
+		{"Evaluate/PodSetUpdates", 1, evaluatePodSetUpdates},
+		{"Release/MissingEvaluationKey", 2, releaseMissingKey},
+		{"Release/UnknownKey", 1, releaseUnknown},
+		{"Release/Twice", 1, releaseTwice},
+		{"Release/ThenNewReservation", 1, releaseThenNewReservation},
+		{"WatchChanges/Open", 1, watchOpen},
+		{"WatchChanges/PushedKeys", 1, watchPushedKeys},
 	}
 	for _, f := range fixtures {
-		cs = append(cs, testCase{"Fixture/" + f.Name, f.run})
+		cs = append(cs, testCase{"Fixture/" + f.Name, 1, f.run})
 	}
-	return append(cs, testCase{"Keepalive/Soak", keepaliveSoak})
+	return append(cs, testCase{"Keepalive/Soak", 1, keepaliveSoak})
 }
 
 func getProviderInfo(ctx context.Context, s *suite) error {

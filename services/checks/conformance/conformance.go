@@ -87,11 +87,15 @@ type Options struct {
 // Outcome of one case.
 type Outcome int
 
-// Outcomes.
+// Outcomes. Warned is a case whose rule came with a later contract
+// revision than the provider declares, and which the provider breaks: a
+// released contract never fails a provider written against it, so the
+// case is reported without failing the run.
 const (
 	Passed Outcome = iota
 	Failed
 	Skipped
+	Warned
 )
 
 func (o Outcome) String() string {
@@ -102,11 +106,15 @@ func (o Outcome) String() string {
 		return "FAIL"
 	case Skipped:
 		return "SKIP"
+	case Warned:
+		return "WARN"
 	}
 	return fmt.Sprintf("Outcome(%d)", int(o))
 }
 
-// Result of one case. Detail says why a case failed or was skipped.
+// Result of one case. Detail says why a case failed, was skipped or
+// warned; a warning's detail names the revision of the rule broken and
+// how to have it enforced.
 type Result struct {
 	Name    string
 	Outcome Outcome
@@ -164,6 +172,8 @@ func Run(t *testing.T, conn grpc.ClientConnInterface, opts Options) {
 				t.Skip(r.Detail)
 			case Failed:
 				t.Fatal(r.Detail)
+			case Warned:
+				t.Log("WARN: " + r.Detail)
 			}
 		})
 	}
@@ -181,7 +191,7 @@ func Results(ctx context.Context, conn grpc.ClientConnInterface, opts Options) i
 	return func(yield func(Result) bool) {
 		s := newSuite(conn, opts)
 		defer s.closeWatch()
-		connect := testCase{connectCase, func(ctx context.Context, s *suite) error { return s.connect(ctx) }}
+		connect := testCase{connectCase, 1, func(ctx context.Context, s *suite) error { return s.connect(ctx) }}
 		if r := s.run(ctx, connect); r.Outcome == Failed {
 			yield(r)
 			return
@@ -209,9 +219,53 @@ type skip string
 
 func (s skip) Error() string { return string(s) }
 
+// testCase is one case. revision is the contract revision that brought
+// its rule: a provider that declares an earlier one is warned, not failed,
+// when it breaks the rule. Cases that hold every provider (the answer
+// syntax, the fixtures, the rules of a capability it declares) are of
+// revision 1.
 type testCase struct {
-	name string
-	run  func(ctx context.Context, s *suite) error
+	name     string
+	revision int
+	run      func(ctx context.Context, s *suite) error
+}
+
+// everyRevision marks the failure of a rule of every revision inside a
+// case of a later one: an answer that breaks the syntax the admitter checks
+// on every answer (pkg/checkvalidate) does not work with sluice, whatever
+// revision the provider declares, so it fails the case anyway.
+type everyRevision struct{ err error }
+
+func (e everyRevision) Error() string { return e.err.Error() }
+func (e everyRevision) Unwrap() error { return e.err }
+
+// latestRevision is the latest contract revision the kit knows: the
+// highest value of the generated ContractRevision enum.
+func latestRevision() int {
+	latest := 1
+	for n := range checksv1.ContractRevision_name {
+		latest = max(latest, int(n))
+	}
+	return latest
+}
+
+// revision is the contract revision the provider declares, as the caller
+// reads it: unset (or no answer to GetProviderInfo) is 1, and a revision
+// later than the kit knows counts as the latest it knows.
+func (s *suite) revision() int {
+	r := int(s.info.GetContractRevision())
+	if r < 1 {
+		return 1
+	}
+	return min(r, latestRevision())
+}
+
+// declared says which revision the provider declares, for warnings.
+func (s *suite) declared() string {
+	if s.info.GetContractRevision() == checksv1.ContractRevision_CONTRACT_REVISION_UNSPECIFIED {
+		return "revision 1 (contract_revision unset)"
+	}
+	return fmt.Sprintf("revision %d (%s)", s.revision(), s.info.GetContractRevision())
 }
 
 // suite holds the clients and what earlier cases learned.
@@ -269,6 +323,10 @@ func (s *suite) run(ctx context.Context, c testCase) Result {
 	switch {
 	case errors.As(err, &sk):
 		r.Outcome, r.Detail = Skipped, sk.Error()
+	case err != nil && c.revision > s.revision() && !errors.As(err, new(everyRevision)):
+		r.Outcome = Warned
+		r.Detail = fmt.Sprintf("%v [a rule of contract revision %d, and the provider declares %s: declare contract_revision %s (with the SDK, sdk.Info.ContractRevision) to have it enforced]",
+			err, c.revision, s.declared(), checksv1.ContractRevision(c.revision))
 	case err != nil:
 		r.Outcome, r.Detail = Failed, err.Error()
 	}
@@ -397,7 +455,7 @@ func (s *suite) evaluate(ctx context.Context, req *checksv1.EvaluateRequest) (*c
 		return nil, fmt.Errorf("Evaluate of a valid request failed: %w", err)
 	}
 	if err := checkvalidate.EvaluateResponse(req, resp, s.caps()); err != nil {
-		return nil, fmt.Errorf("Evaluate answer breaks the contract: %w", err)
+		return nil, everyRevision{fmt.Errorf("Evaluate answer breaks the contract: %w", err)}
 	}
 	return resp, nil
 }

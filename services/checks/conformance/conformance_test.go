@@ -54,6 +54,7 @@ type defects struct {
 	wireDropsUpdates    bool // what it builds has updates; what reaches the wire has none
 	wireDropsFields     bool // ... has updates without node_selector and tolerations
 	defaultKeepalive    bool // grpc-go's default enforcement: a ping per 5 minutes, none without calls
+	noRevision          bool // declares no contract_revision (revision 1) instead of the latest
 }
 
 // rawProvider implements the contract by hand, without the SDK (which
@@ -87,6 +88,11 @@ func (p *rawProvider) GetProviderInfo(context.Context, *checksv1.GetProviderInfo
 	}
 	if p.d.noCapabilities || p.d.updatesUnadvertised {
 		info.Capabilities = nil
+	}
+	if !p.d.noRevision {
+		// It keeps every rule: it refuses malformed requests, keys what it
+		// holds by the whole key and answers READY whatever it holds.
+		info.ContractRevision = checksv1.ContractRevision_CONTRACT_REVISION_3
 	}
 	return info, nil
 }
@@ -366,6 +372,7 @@ func TestKitFindsDefects(t *testing.T) {
 		d           defects
 		timeout     time.Duration
 		wantFailed  []string
+		wantWarned  []string
 		wantSkipped []string
 		wantDetail  map[string][]string // case -> substrings of its detail
 	}
@@ -381,10 +388,15 @@ func TestKitFindsDefects(t *testing.T) {
 		{name: "answer changes", d: defects{flapping: true}, wantFailed: []string{"Evaluate/Repeatable", "Evaluate/TwoChecksOneProvider"},
 			wantDetail: map[string][]string{"Evaluate/Repeatable": {"answered STATE_READY, then STATE_REJECTED"}}},
 		{name: "unspecified state", d: defects{unspecifiedState: true},
-			wantFailed: []string{"Evaluate/ValidAnswer", "Evaluate/Repeatable", "Evaluate/NewReservation", "Evaluate/TwoChecksOneProvider",
+			wantFailed: []string{"Evaluate/AdmittedFirst", "Evaluate/ValidAnswer", "Evaluate/Repeatable", "Evaluate/NewReservation", "Evaluate/TwoChecksOneProvider",
+				"Evaluate/PodSetUpdates", "Release/ThenNewReservation", "Fixture/ready"}},
+		// The answer syntax holds every revision: the cases of later rules
+		// fail for it too.
+		{name: "unspecified state, no revision declared", d: defects{unspecifiedState: true, noRevision: true},
+			wantFailed: []string{"Evaluate/AdmittedFirst", "Evaluate/ValidAnswer", "Evaluate/Repeatable", "Evaluate/NewReservation", "Evaluate/TwoChecksOneProvider",
 				"Evaluate/PodSetUpdates", "Release/ThenNewReservation", "Fixture/ready"}},
 		{name: "updates without capability", d: defects{updatesUnadvertised: true},
-			wantFailed:  []string{"Evaluate/ValidAnswer", "Evaluate/Repeatable", "Evaluate/NewReservation", "Evaluate/TwoChecksOneProvider", "Fixture/ready"},
+			wantFailed:  []string{"Evaluate/AdmittedFirst", "Evaluate/ValidAnswer", "Evaluate/Repeatable", "Evaluate/NewReservation", "Evaluate/TwoChecksOneProvider", "Fixture/ready"},
 			wantSkipped: []string{"Evaluate/PodSetUpdates", "Release/ThenNewReservation"}},
 		{name: "release of unknown key fails", d: defects{releaseUnknownErr: true}, wantFailed: []string{"Release/UnknownKey"}},
 		{name: "second release fails", d: defects{releaseTwiceErr: true}, wantFailed: []string{"Release/Twice"}},
@@ -400,10 +412,20 @@ func TestKitFindsDefects(t *testing.T) {
 		{name: "another check's answer for the same reservation", d: defects{keysByReservation: true},
 			wantFailed: []string{"Evaluate/TwoChecksOneProvider"},
 			wantDetail: map[string][]string{"Evaluate/TwoChecksOneProvider": {`check "conformance-second"`, `after a Release of check "conformance"'s key`, `pod_set_updates["main"].annotations["example.com/license"]: want "matlab-`}}},
+		{name: "another check's answer for the same reservation, no revision declared", d: defects{keysByReservation: true, noRevision: true},
+			wantWarned: []string{"Evaluate/TwoChecksOneProvider"},
+			wantDetail: map[string][]string{"Evaluate/TwoChecksOneProvider": {`after a Release of check "conformance"'s key`,
+				"a rule of contract revision 2, and the provider declares revision 1 (contract_revision unset): declare contract_revision CONTRACT_REVISION_2"}}},
 		{name: "accepts every malformed request", d: defects{accepts: allRules},
 			wantFailed: []string{"Evaluate/MissingEvaluationKey", "Evaluate/MissingWorkload", "Evaluate/LongEvaluationKey", "Evaluate/MissingNamespace", "Evaluate/MissingName",
 				"Evaluate/UnnamedPodSet", "Evaluate/DuplicatePodSet", "Release/MissingEvaluationKey"},
 			wantDetail: map[string][]string{"Evaluate/MissingNamespace": {"was answered; want INVALID_ARGUMENT"}}},
+		// Without a revision only the first release's request rules fail.
+		{name: "accepts every malformed request, no revision declared", d: defects{accepts: allRules, noRevision: true},
+			wantFailed: []string{"Evaluate/MissingEvaluationKey", "Evaluate/MissingWorkload"},
+			wantWarned: []string{"Evaluate/LongEvaluationKey", "Evaluate/MissingNamespace", "Evaluate/MissingName",
+				"Evaluate/UnnamedPodSet", "Evaluate/DuplicatePodSet", "Release/MissingEvaluationKey"},
+			wantDetail: map[string][]string{"Evaluate/MissingNamespace": {"was answered; want INVALID_ARGUMENT", "a rule of contract revision 2"}}},
 	}
 	// One provider per request rule it skips: each rule has a case of its own.
 	for _, rule := range allRules {
@@ -419,6 +441,9 @@ func TestKitFindsDefects(t *testing.T) {
 			}
 			if got := outcomes(results, Failed); !slices.Equal(got, tt.wantFailed) {
 				t.Errorf("failed cases = %v, want %v\n%v", got, tt.wantFailed, results)
+			}
+			if got := outcomes(results, Warned); !slices.Equal(got, tt.wantWarned) {
+				t.Errorf("warned cases = %v, want %v\n%v", got, tt.wantWarned, results)
 			}
 			// rawProvider does not advertise CAPABILITY_WATCH_CHANGES.
 			wantSkipped := slices.Concat(tt.wantSkipped, []string{"WatchChanges/Open", "WatchChanges/PushedKeys", "Keepalive/Soak"})

@@ -15,6 +15,29 @@
 // capabilities the provider does not advertise are skipped, with the
 // reason.
 //
+// Contract revisions: each case has the revision of sluice.checks.v1 that
+// brought its rule (the first release is revision 1; revision 2 brought
+// the request rules and one evaluation key per check; revision 3 brought
+// EvaluateRequest.admitted and its rule). The kit reads the revision the
+// provider declares in GetProviderInfoResponse.contract_revision (unset is
+// 1; one later than the kit knows counts as the latest it knows). A case
+// of a later revision still runs, but when the provider breaks its rule
+// the case ends Warned, with a detail naming the revision to declare to
+// have it enforced, instead of Failed: a released contract never fails a
+// provider written against it. Answers are held to the syntax the
+// admitter checks (pkg/checkvalidate) in every case, whatever the
+// revision, since sluice refuses answers that break it; fixtures and the
+// cases of a capability the provider declares hold it whatever the
+// revision too. Run logs warnings without failing the test.
+//
+// Evaluate/AdmittedFirst (revision 3) asks about the sample workload as
+// admitted, then as not admitted under fresh keys until an answer is not
+// READY (at most 16), then as admitted again: that answer must be no
+// worse than the first. It runs before the other Evaluate cases and
+// releases every key it used. Give the provider parameters whose capacity
+// those 16 evaluations use up and that a Release frees at once, so that
+// the case tests something and the cases after it find the capacity free.
+//
 // The generic cases can only tell that an answer is valid; fixtures (see
 // Fixture) say what the answer to a given request must be, field by
 // field, as it arrives on the wire. The keepalive soak (Options.

@@ -354,7 +354,7 @@ func (f Fixture) run(ctx context.Context, s *suite) error {
 	if f.Expect.Code != codes.OK {
 		return s.expectCode(ctx, req, f.Expect.Code)
 	}
-	resp, note, err := s.askUntilSettled(ctx, req, f.Expect.State)
+	resp, note, err := s.askUntilSettled(ctx, req, f.Expect.State, s.fixtureEvaluate)
 	if err != nil {
 		return err
 	}
@@ -418,14 +418,16 @@ func (s *suite) expectCode(ctx context.Context, req *checksv1.EvaluateRequest, c
 	return nil
 }
 
-// askUntilSettled evaluates req and, while the answer is PENDING and want
-// is not, asks again after retry_after (unset: 1s, doubling) as long as
-// the next call starts within Options.Timeout of the first. note says why
-// it stopped asking when the last answer is still PENDING.
-func (s *suite) askUntilSettled(ctx context.Context, req *checksv1.EvaluateRequest, want checksv1.State) (resp *checksv1.EvaluateResponse, note string, err error) {
+// askUntilSettled evaluates req with ask and, while the answer is PENDING
+// and want is not, asks again after retry_after (unset: 1s, doubling) as
+// long as the next call starts within Options.Timeout of the first. note
+// says why it stopped asking when the last answer is still PENDING.
+func (s *suite) askUntilSettled(ctx context.Context, req *checksv1.EvaluateRequest, want checksv1.State,
+	ask func(context.Context, *checksv1.EvaluateRequest) (*checksv1.EvaluateResponse, error),
+) (resp *checksv1.EvaluateResponse, note string, err error) {
 	start, backoff := time.Now(), time.Second
 	for asks := 1; ; asks++ {
-		resp, err := s.fixtureEvaluate(ctx, req)
+		resp, err := ask(ctx, req)
 		if err != nil || resp.GetState() != checksv1.State_STATE_PENDING || want == checksv1.State_STATE_PENDING {
 			return resp, "", err
 		}

@@ -11,10 +11,17 @@
 // sluice would refuse. Ready, Pending, Retry and Rejected build answers;
 // DecodeParameters reads an AdmissionCheck's parameters into a struct.
 //
+// Info.ContractRevision declares the revision of the contract the
+// provider keeps; left zero, the Server declares CONTRACT_REVISION_2,
+// whose request rules it enforces itself.
+//
 // A provider that changes answers on its own declares
 // CAPABILITY_WATCH_CHANGES; the Server then serves WatchChanges, and
 // Server.Changed (or the Notifier a NotifierSetter Checker is given) pushes
-// evaluation keys to every open stream without blocking.
+// evaluation keys to every open stream without blocking. A Checker that
+// implements WatchObserver hears of every stream that opens, as sluice
+// opens one after it (or the provider) restarted, before evaluating again
+// everything it holds.
 //
 // WithTLS (and Main's --tls-* flags) serve TLS from PEM files read again
 // while the server runs, and mutual TLS with a client CA;

@@ -59,7 +59,22 @@ type Info struct {
 	// Capabilities the provider has. Answers with pod set updates are
 	// refused unless it lists checksv1.Capability_CAPABILITY_POD_SET_UPDATES.
 	Capabilities []checksv1.Capability
+	// ContractRevision is the revision of sluice.checks.v1 the provider is
+	// written against, sent as GetProviderInfoResponse.contract_revision.
+	// Zero declares CONTRACT_REVISION_2: the Server refuses every request
+	// that breaks a request rule of revision 2 before the Checker sees it,
+	// so a Checker keeps revision 2 as long as it keys what it holds by the
+	// whole evaluation key (Evaluate/TwoChecksOneProvider checks that).
+	// Declare CONTRACT_REVISION_3 once the Checker keeps the rule of
+	// EvaluateRequest.admitted (a Checker that holds nothing keeps it);
+	// sluice sends admitted only to providers that declare it.
+	ContractRevision checksv1.ContractRevision
 }
+
+// defaultContractRevision is what a Server declares for an Info without a
+// ContractRevision: the latest revision whose rules the Server keeps for
+// any Checker.
+const defaultContractRevision = checksv1.ContractRevision_CONTRACT_REVISION_2
 
 // healthServices are the service names whose grpc.health.v1 status Serve
 // reports, besides "" for the whole server.
@@ -179,6 +194,10 @@ func NewServer(info Info, checker Checker, opts ...Option) (*Server, error) {
 		VendorVersion:    info.VendorVersion,
 		ContractVersions: []string{checkvalidate.ContractVersion},
 		Capabilities:     append([]checksv1.Capability(nil), info.Capabilities...),
+		ContractRevision: info.ContractRevision,
+	}
+	if pi.ContractRevision == checksv1.ContractRevision_CONTRACT_REVISION_UNSPECIFIED {
+		pi.ContractRevision = defaultContractRevision
 	}
 	if err := checkvalidate.ProviderInfo(pi); err != nil {
 		return nil, fmt.Errorf("sdk.NewServer: invalid Info: %w", err)

@@ -292,6 +292,35 @@ func TestIdentity(t *testing.T) {
 	}
 }
 
+// TestContractRevision checks the revision GetProviderInfo declares: the
+// Info's, or revision 2, whose request rules the Server enforces, when the
+// Info leaves it unset. A revision the SDK does not know is sent as it is:
+// it may be a later one.
+func TestContractRevision(t *testing.T) {
+	tests := []struct {
+		set, want checksv1.ContractRevision
+	}{
+		{set: checksv1.ContractRevision_CONTRACT_REVISION_UNSPECIFIED, want: checksv1.ContractRevision_CONTRACT_REVISION_2},
+		{set: checksv1.ContractRevision_CONTRACT_REVISION_1, want: checksv1.ContractRevision_CONTRACT_REVISION_1},
+		{set: checksv1.ContractRevision_CONTRACT_REVISION_3, want: checksv1.ContractRevision_CONTRACT_REVISION_3},
+		{set: 7, want: 7},
+	}
+	for _, tt := range tests {
+		t.Run(tt.set.String(), func(t *testing.T) {
+			info := testInfo
+			info.ContractRevision = tt.set
+			conn, _ := serveInfo(t, info, &scripted{})
+			got, err := checksv1.NewIdentityServiceClient(conn).GetProviderInfo(callCtx(t), &checksv1.GetProviderInfoRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.GetContractRevision() != tt.want {
+				t.Errorf("contract_revision = %s, want %s", got.GetContractRevision(), tt.want)
+			}
+		})
+	}
+}
+
 func TestProbe(t *testing.T) {
 	tests := []struct {
 		name      string

@@ -47,6 +47,20 @@ type NotifierSetter interface {
 	SetNotifier(n Notifier)
 }
 
+// WatchObserver is implemented by Checkers that want to know when sluice
+// watches them: the Server calls WatchOpened each time a WatchChanges
+// stream opens, once the stream is registered (so every key pushed from
+// then on, also from within WatchOpened, reaches it) and before its
+// headers go out. sluice opens a stream after it connects (also after
+// the provider's restart) and then evaluates again everything it holds,
+// admitted workloads first; a Checker that keeps its state in memory can
+// wait for those calls before it decides for waiting workloads. It is
+// called only for a provider that declares CAPABILITY_WATCH_CHANGES, and
+// concurrently with any other method: WatchOpened must not block.
+type WatchObserver interface {
+	WatchOpened()
+}
+
 const (
 	// defaultChangeBuffer is how many distinct keys one WatchChanges stream
 	// holds unsent before it is ended: 10000 keys are at most 5 MiB.
@@ -120,6 +134,9 @@ func (c checkService) WatchChanges(_ *checksv1.WatchChangesRequest, stream grpc.
 		return err
 	}
 	defer c.s.changes.remove(buf)
+	if err := c.s.watchOpened(); err != nil {
+		return err
+	}
 	// Headers say the stream is registered: a caller that has them gets
 	// every key pushed from then on.
 	if err := stream.SendHeader(nil); err != nil {
@@ -143,6 +160,18 @@ func (c checkService) WatchChanges(_ *checksv1.WatchChangesRequest, stream grpc.
 			return err
 		}
 	}
+}
+
+// watchOpened tells a WatchObserver Checker that a stream opened; a
+// panic in it ends the stream with INTERNAL.
+func (s *Server) watchOpened() (err error) {
+	o, ok := s.checker.(WatchObserver)
+	if !ok {
+		return nil
+	}
+	defer s.recoverPanic("WatchOpened", &err)
+	o.WatchOpened()
+	return nil
 }
 
 // sendKeys sends keys in messages of at most maxKeysPerMessage keys.

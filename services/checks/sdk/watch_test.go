@@ -6,6 +6,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -484,5 +485,75 @@ func TestNewServerGivesNotifier(t *testing.T) {
 				t.Fatalf("SetNotifier got %v, want the Server", c.n)
 			}
 		})
+	}
+}
+
+// observing is a Checker that hears of every WatchChanges stream and
+// pushes a key of its own from WatchOpened.
+type observing struct {
+	*scripted
+	panics bool
+
+	mu       sync.Mutex
+	notifier Notifier
+	opened   int
+}
+
+func (o *observing) SetNotifier(n Notifier) { o.notifier = n }
+
+func (o *observing) WatchOpened() {
+	if o.panics {
+		panic("observer broke")
+	}
+	o.mu.Lock()
+	o.opened++
+	key := fmt.Sprintf("opened-%d", o.opened)
+	o.mu.Unlock()
+	// A key pushed now reaches the stream that just opened.
+	if err := o.notifier.Changed(key); err != nil {
+		panic(err)
+	}
+}
+
+func (o *observing) openedCount() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.opened
+}
+
+// TestWatchObserver: WatchOpened is called once per stream, before the
+// stream's headers, and what it pushes reaches that stream and every
+// other open one.
+func TestWatchObserver(t *testing.T) {
+	checker := &observing{scripted: &scripted{}}
+	conn, _ := serveInfo(t, watchInfo, checker)
+
+	first := openWatch(t, conn)
+	if n := checker.openedCount(); n != 1 {
+		t.Fatalf("WatchOpened called %d times once the first stream's headers arrived, want 1", n)
+	}
+	if got := recvMessage(t, first); !slices.Equal(got, []string{"opened-1"}) {
+		t.Fatalf("first stream received %q, want [opened-1]: the key pushed as it opened", got)
+	}
+	second := openWatch(t, conn)
+	if n := checker.openedCount(); n != 2 {
+		t.Fatalf("WatchOpened called %d times once the second stream's headers arrived, want 2", n)
+	}
+	for name, s := range map[string]keyStream{"first": first, "second": second} {
+		if got := recvMessage(t, s); !slices.Equal(got, []string{"opened-2"}) {
+			t.Errorf("%s stream received %q, want [opened-2]", name, got)
+		}
+	}
+}
+
+func TestWatchObserverPanicEndsTheStream(t *testing.T) {
+	conn, _ := serveInfo(t, watchInfo, &observing{scripted: &scripted{}, panics: true})
+	stream, err := checksv1.NewCheckServiceClient(conn).WatchChanges(callCtx(t), &checksv1.WatchChangesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = stream.Recv()
+	if status.Code(err) != codes.Internal || !strings.Contains(status.Convert(err).Message(), "panicked in WatchOpened") {
+		t.Fatalf("Recv = %v, want INTERNAL saying WatchOpened panicked", err)
 	}
 }

@@ -6,8 +6,9 @@
 // gone, endpoint or TLS material changed). It decides nothing itself: it
 // tells the admitter, every time a stream opens, which checks' evaluations
 // must all be asked again (so a change made while no stream was open is
-// never lost), and, for every key a provider pushes, which evaluation to
-// ask again. Only the leader runs it.
+// never lost; ReaskOrder asks admitted workloads first), and, for every
+// key a provider pushes, which evaluation to ask again. Only the leader
+// runs it.
 package changewatch
 
 import (
@@ -62,7 +63,8 @@ type Config struct {
 	// Checks returns the AdmissionChecks by name, as last seen.
 	Checks func() map[string]*v1alpha1.AdmissionCheck
 	// Opened is told, every time a stream opens, the checks it serves:
-	// every evaluation the admitter holds with them must be asked again.
+	// every evaluation the admitter holds with them must be asked again,
+	// in ReaskOrder (admitted workloads first).
 	Opened func(checks []string)
 	// Changed is told of each well-formed key pushed for a check the
 	// stream serves, and reports whether the admitter holds that

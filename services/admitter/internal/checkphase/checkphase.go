@@ -366,11 +366,7 @@ func (o *Orchestrator) ask(ctx context.Context, wl *v1alpha1.Workload, names []s
 			continue
 		}
 		wg.Go(func() {
-			ans := o.evaluate(ctx, ac, &checksv1.EvaluateRequest{
-				CheckName:     ac.Name,
-				EvaluationKey: workload.EvaluationKey(wl.UID, reservation, ac.Name),
-				Workload:      subject,
-			})
+			ans := o.evaluate(ctx, ac, evaluateRequest(wl, ac, reservation, subject))
 			mu.Lock()
 			out[name] = ans
 			mu.Unlock()
@@ -378,6 +374,22 @@ func (o *Orchestrator) ask(ctx context.Context, wl *v1alpha1.Workload, names []s
 	}
 	wg.Wait()
 	return out
+}
+
+// evaluateRequest is the request about wl's reservation for check ac,
+// without parameters. admitted is set only for a provider that declares
+// CONTRACT_REVISION_3 or later: no provider is sent a field of a revision
+// later than the one it declares.
+func evaluateRequest(wl *v1alpha1.Workload, ac *v1alpha1.AdmissionCheck, reservation string, subject *checksv1.Workload) *checksv1.EvaluateRequest {
+	req := &checksv1.EvaluateRequest{
+		CheckName:     ac.Name,
+		EvaluationKey: workload.EvaluationKey(wl.UID, reservation, ac.Name),
+		Workload:      subject,
+	}
+	if checks.Revision(ac) >= checksv1.ContractRevision_CONTRACT_REVISION_3 {
+		req.Admitted = workload.IsAdmitted(wl)
+	}
+	return req
 }
 
 // evaluate asks ac's provider for req, adding the check's parameters.

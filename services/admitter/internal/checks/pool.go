@@ -422,7 +422,27 @@ func Capabilities(ac *v1alpha1.AdmissionCheck) []checksv1.Capability {
 	return out
 }
 
+// LatestRevision is the latest revision of sluice.checks.v1 the admitter
+// implements. It is named here rather than read from the generated enum:
+// a revision the proto gains is known only once the admitter keeps its
+// rules.
+const LatestRevision = checksv1.ContractRevision_CONTRACT_REVISION_3
+
+// Revision is the contract revision ac's provider declared, as its status
+// records it: 1 when unset (a provider that declares nothing, or a status
+// written before revisions existed), and LatestRevision for a revision the
+// admitter does not know. The admitter sends a provider no field of a
+// later revision than this.
+func Revision(ac *v1alpha1.AdmissionCheck) checksv1.ContractRevision {
+	if ac == nil || ac.Status.Provider == nil || ac.Status.Provider.ContractRevision <= 0 {
+		return checksv1.ContractRevision_CONTRACT_REVISION_1
+	}
+	return min(checksv1.ContractRevision(ac.Status.Provider.ContractRevision), LatestRevision)
+}
+
 // ProviderStatus is what GetProviderInfo and Probe say, as ac's status.
+// The contract revision is recorded as declared, 1 when unset; Revision
+// caps it at the latest the admitter knows when it is read.
 func ProviderStatus(info *checksv1.GetProviderInfoResponse) *v1alpha1.ProviderInfo {
 	if info == nil {
 		return nil
@@ -431,6 +451,7 @@ func ProviderStatus(info *checksv1.GetProviderInfoResponse) *v1alpha1.ProviderIn
 		Name:             info.GetName(),
 		Version:          info.GetVendorVersion(),
 		ContractVersions: slices.Clone(info.GetContractVersions()),
+		ContractRevision: int32(max(info.GetContractRevision(), checksv1.ContractRevision_CONTRACT_REVISION_1)),
 	}
 	for _, c := range info.GetCapabilities() {
 		if c != checksv1.Capability_CAPABILITY_UNSPECIFIED {

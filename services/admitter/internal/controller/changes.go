@@ -14,7 +14,7 @@ import (
 // so a change the provider made while no stream was open (or before this
 // admitter led) is found now.
 func (a *Admitter) recheckAll(checks []string) {
-	for _, wl := range a.store.List() {
+	for _, wl := range changewatch.ReaskOrder(a.store.List()) {
 		if !holdsEvaluations(wl) {
 			continue
 		}

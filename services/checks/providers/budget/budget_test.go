@@ -143,7 +143,7 @@ func TestAccounting(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			clk := newClock()
-			c := New(mustParse(t, teamA), clk.now)
+			c := New(mustParse(t, teamA), clk.now, WithRestartGrace(0))
 			for i, s := range tt.steps {
 				switch {
 				case s.advance > 0:
@@ -188,7 +188,7 @@ func checkAnswer(t *testing.T, i int, got *checksv1.EvaluateResponse, want step)
 // TestOverSoftLimitLabelsEveryPodSet checks the label reaches every pod
 // set, and the cost sums count times requests over them.
 func TestOverSoftLimitLabelsEveryPodSet(t *testing.T) {
-	c := New(mustParse(t, teamA), newClock().now)
+	c := New(mustParse(t, teamA), newClock().now, WithRestartGrace(0))
 	req := request("a", "team-a", "1")
 	req.Workload.PodSets = []*checksv1.PodSet{
 		{Name: "driver", Count: 1, Requests: map[string]string{"cpu": "1", "memory": "1Gi"}},
@@ -257,7 +257,7 @@ func TestCost(t *testing.T) {
 }
 
 func TestEvaluateRefusesParameters(t *testing.T) {
-	c := New(mustParse(t, teamA), nil)
+	c := New(mustParse(t, teamA), nil, WithRestartGrace(0))
 	req := request("a", "team-a", "1")
 	var err error
 	if req.Parameters, err = structpb.NewStruct(map[string]any{"limit": "10"}); err != nil {
@@ -283,7 +283,7 @@ func (n *notifier) Changed(keys ...string) error {
 
 func TestSetConfigRevokesNewest(t *testing.T) {
 	clk := newClock()
-	c := New(mustParse(t, teamA), clk.now)
+	c := New(mustParse(t, teamA), clk.now, WithRestartGrace(0))
 	n := &notifier{}
 	c.SetNotifier(n)
 	for _, key := range []string{"a", "b", "c"} {

@@ -25,8 +25,15 @@ func parse(t *testing.T, y string) *budget.Config {
 // (the soft limit is low, so most answers carry the label);
 // WatchChanges/PushedKeys cuts the kit's namespace's budget to nothing,
 // which revokes every evaluation the kit holds, its key included.
+//
+// The budget is small, so that Evaluate/AdmittedFirst bites: 5 cpu are
+// ten of the kit's workloads (500m each), fewer than the waiting ones it
+// asks about, and more than the 4 cpu the later cases hold at once. No
+// window, so that a Release frees its cost at once, as the kit expects
+// between cases. No restart warm-up: the kit asks about waiting
+// workloads from the start.
 func TestConformance(t *testing.T) {
-	checker := budget.New(parse(t, `{namespaces: {conformance: {hard: {cpu: 100, memory: 100Gi}, soft: {cpu: 1}, window: 1h}}}`), nil)
+	checker := budget.New(parse(t, `{namespaces: {conformance: {hard: {cpu: 5, memory: 100Gi}, soft: {cpu: 1}}}}`), nil, budget.WithRestartGrace(0))
 	addr := sdktest.Start(t, budget.Info("test"), checker)
 	conn, err := conformance.Dial(addr)
 	if err != nil {
@@ -48,7 +55,7 @@ func TestConformance(t *testing.T) {
 // and reads the WatchChanges stream as sluice does: exactly the revoked
 // keys arrive, newest first, and Evaluate of them answers RETRY.
 func TestWatchChangesPushesRevokedKeys(t *testing.T) {
-	checker := budget.New(parse(t, `{namespaces: {team-a: {hard: {cpu: 10}}}}`), nil)
+	checker := budget.New(parse(t, `{namespaces: {team-a: {hard: {cpu: 10}}}}`), nil, budget.WithRestartGrace(0))
 	conn, err := conformance.Dial(sdktest.Start(t, budget.Info("test"), checker))
 	if err != nil {
 		t.Fatal(err)

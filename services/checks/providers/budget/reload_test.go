@@ -27,7 +27,7 @@ func TestReloader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := New(cfg, newClock().now)
+	c := New(cfg, newClock().now, WithRestartGrace(0))
 	n := &notifier{}
 	c.SetNotifier(n)
 	r := NewReloader(path, c, data, logr.Discard())

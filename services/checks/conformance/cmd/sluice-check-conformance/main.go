@@ -15,8 +15,14 @@
 // provider's certificate must hold when it is not --target's host.
 // --trigger-change-command names a command that makes a provider which
 // advertises CAPABILITY_WATCH_CHANGES change an answer, for
-// WatchChanges/PushedKeys. It exits 0 when no case failed, 1 when one did
-// and 2 on bad flags or a bad fixtures or TLS file.
+// WatchChanges/PushedKeys.
+//
+// A case whose rule came with a later contract revision than the provider
+// declares (GetProviderInfoResponse.contract_revision) is reported as WARN
+// when the provider breaks it, with the revision that would enforce it,
+// and does not fail the run; the summary then counts the warnings too. It
+// exits 0 when no case failed (warnings or not), 1 when one did and 2 on
+// bad flags or a bad fixtures or TLS file.
 package main
 
 import (
@@ -183,7 +189,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer conn.Close()
 
 	fmt.Fprintf(stdout, "sluice.checks.v1 conformance: %s%s\n", f.target, f.transport())
-	var passed, failed, skipped int
+	var passed, failed, skipped, warned int
 	for r := range conformance.Results(ctx, conn, f.opts) {
 		switch r.Outcome {
 		case conformance.Passed:
@@ -192,12 +198,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		case conformance.Skipped:
 			skipped++
 			fmt.Fprintf(stdout, "SKIP  %s: %s\n", r.Name, r.Detail)
+		case conformance.Warned:
+			warned++
+			fmt.Fprintf(stdout, "WARN  %s (%s)\n      %s\n", r.Name, r.Elapsed.Round(time.Millisecond), r.Detail)
 		default:
 			failed++
 			fmt.Fprintf(stdout, "FAIL  %s (%s)\n      %s\n", r.Name, r.Elapsed.Round(time.Millisecond), r.Detail)
 		}
 	}
-	fmt.Fprintf(stdout, "%d passed, %d failed, %d skipped\n", passed, failed, skipped)
+	// The summary keeps its first form when nothing warned, for scripts
+	// that read it.
+	summary := fmt.Sprintf("%d passed, %d failed, %d skipped", passed, failed, skipped)
+	if warned > 0 {
+		summary += fmt.Sprintf(", %d warned", warned)
+	}
+	fmt.Fprintln(stdout, summary)
 	if failed > 0 {
 		return 1
 	}

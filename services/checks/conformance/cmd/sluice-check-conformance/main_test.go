@@ -61,19 +61,19 @@ func TestRun(t *testing.T) {
 			args:     append(pool[:len(pool):len(pool)], "--fixtures", good, "--keepalive-soak", "1s"),
 			wantCode: 0,
 			wantOut: []string{
-				"PASS  Identity/GetProviderInfo", "PASS  Evaluate/Repeatable", "PASS  Evaluate/TwoChecksOneProvider",
+				"PASS  Identity/GetProviderInfo", "PASS  Evaluate/AdmittedFirst", "PASS  Evaluate/Repeatable", "PASS  Evaluate/TwoChecksOneProvider",
 				"PASS  Evaluate/DuplicatePodSet", "PASS  Release/MissingEvaluationKey", "PASS  Release/Twice",
 				"SKIP  Release/ThenNewReservation: provider does not advertise CAPABILITY_RELEASE",
 				"SKIP  WatchChanges/Open: provider does not advertise CAPABILITY_WATCH_CHANGES",
 				"PASS  Fixture/a100", "PASS  Fixture/no-node-labels", "PASS  Keepalive/Soak",
-				"21 passed, 0 failed, 3 skipped",
+				"22 passed, 0 failed, 3 skipped",
 			},
 		},
 		{
 			name:     "soak off",
 			args:     pool,
 			wantCode: 0,
-			wantOut:  []string{"SKIP  Keepalive/Soak: the keepalive soak is off; --keepalive-soak 100s", "18 passed, 0 failed, 4 skipped"},
+			wantOut:  []string{"SKIP  Keepalive/Soak: the keepalive soak is off; --keepalive-soak 100s", "19 passed, 0 failed, 4 skipped"},
 		},
 		{
 			name:     "fixture not met",
@@ -101,13 +101,13 @@ func TestRun(t *testing.T) {
 			name:     "mutual TLS",
 			args:     slices.Concat(mtlsPool, []string{"--ca-file", client.ca(), "--keepalive-soak", "1s"}, clientCert),
 			wantCode: 0,
-			wantOut:  []string{"conformance: " + mtlsTarget + " (mutual TLS)", "PASS  Evaluate/PodSetUpdates", "PASS  Keepalive/Soak", "19 passed, 0 failed, 3 skipped"},
+			wantOut:  []string{"conformance: " + mtlsTarget + " (mutual TLS)", "PASS  Evaluate/PodSetUpdates", "PASS  Keepalive/Soak", "20 passed, 0 failed, 3 skipped"},
 		},
 		{
 			name:     "mutual TLS with a server name",
 			args:     slices.Concat(mtlsPool, []string{"--ca-file", client.ca(), "--server-name", "provider.example"}, clientCert),
 			wantCode: 0,
-			wantOut:  []string{"18 passed, 0 failed, 4 skipped"},
+			wantOut:  []string{"19 passed, 0 failed, 4 skipped"},
 		},
 		{
 			name:     "wrong CA",
