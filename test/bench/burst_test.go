@@ -1,11 +1,12 @@
 // Package bench measures sluice end to end on the local control plane: a
-// burst of pods (single pods, and the same number in groups of ten)
-// created through the webhook until every one is ungated, beside two raw
-// rates of the same API server in the same run: creating gated pods and
-// patching them ungated with no sluice at all, and the same with the gate
-// added by a webhook that does nothing else. The benchmark's client has no
-// rate limit, so the raw rates are the API server's. The machine is shared
-// and noisy, so the ratios are the figures to compare across runs.
+// burst of pods (single pods; groups of ten, 500 and 5,000; groups declared
+// by a driver) created through the webhook until every one is ungated,
+// beside two raw rates of the same API server in the same run: creating
+// gated pods and patching them ungated with no sluice at all, and the same
+// with the gate added by a webhook that does nothing else. The benchmark's
+// client has no rate limit, so the raw rates are the API server's. The
+// machine is shared and noisy, so the ratios are the figures to compare
+// across runs.
 //
 // Run it with `make bench`. It reports; it asserts nothing about timings.
 package bench
@@ -41,9 +42,8 @@ import (
 )
 
 const (
-	burst     = 2000 // pods per burst
-	workers   = 32   // concurrent client workers, for sluice's burst and the raw baseline
-	groupSize = 10   // pods per group in the groups burst
+	burst   = 2000 // pods per raw run, and per burst unless a benchmark says otherwise
+	workers = 32   // concurrent client workers, for sluice's burst and the raw baseline
 )
 
 // TestMain sets controller-runtime's logger, which RunMain would set: the
@@ -53,17 +53,39 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func BenchmarkBurstSinglePods(b *testing.B) {
-	runBurst(b, "single pods", apiServerOnly, func(ns string, i int) *corev1.Pod {
-		return benchPod(ns, fmt.Sprintf("pod-%d", i), "user-queue")
-	})
+// burstCase is one burst through sluice: its pods and how they are made.
+type burstCase struct {
+	shape string
+	pods  int
+	// groupSize is the pods one Workload admits (1 for single pods): the
+	// raw API server's time to ungate that many is the least the last
+	// group can take from its last create to its last ungate.
+	groupSize int
+	newPod    func(ns string, i int) *corev1.Pod
 }
 
-// BenchmarkBurstPodGroups bursts the same number of pods as groups of
-// groupSize created beforehand (KEP-976 Story 2): each group is one
-// Workload, submitted once all its pods exist and admitted whole.
+func BenchmarkBurstSinglePods(b *testing.B) {
+	runBurst(b, apiServerOnly, burstCase{shape: "single pods", pods: burst, groupSize: 1, newPod: func(ns string, i int) *corev1.Pod {
+		return benchPod(ns, fmt.Sprintf("pod-%d", i), "user-queue")
+	}})
+}
+
+// BenchmarkBurstPodGroups bursts the same number of pods as groups of ten
+// created beforehand (KEP-976 Story 2): each group is one Workload,
+// submitted once all its pods exist and admitted whole.
 func BenchmarkBurstPodGroups(b *testing.B) {
-	runBurst(b, fmt.Sprintf("pods in %d groups of %d", burst/groupSize, groupSize), apiServerOnly, groupPod)
+	runBurst(b, apiServerOnly, podGroups(burst, 10))
+}
+
+// BenchmarkBurstPodGroupsOf500 is BenchmarkBurstPodGroups with 4 groups
+// of 500: a pod's cost must not grow with its group.
+func BenchmarkBurstPodGroupsOf500(b *testing.B) {
+	runBurst(b, apiServerOnly, podGroups(burst, 500))
+}
+
+// BenchmarkBurstPodGroupsOf5000 is one group of 5,000, admitted whole.
+func BenchmarkBurstPodGroupsOf5000(b *testing.B) {
+	runBurst(b, apiServerOnly, podGroups(5000, 5000))
 }
 
 // BenchmarkBurstPodGroupsScheduled is BenchmarkBurstPodGroups on a whole
@@ -73,16 +95,25 @@ func BenchmarkBurstPodGroups(b *testing.B) {
 // share of raw is the figure comparable with other queueing systems
 // measured the same way.
 func BenchmarkBurstPodGroupsScheduled(b *testing.B) {
-	runBurst(b, fmt.Sprintf("pods in %d groups of %d, scheduled and run by kube-scheduler and kwok", burst/groupSize, groupSize),
-		wholeControlPlane, groupPod)
+	c := podGroups(burst, 10)
+	c.shape += ", scheduled and run by kube-scheduler and kwok"
+	runBurst(b, wholeControlPlane, c)
 }
 
-// groupPod is pod i of the groups bursts: groups of groupSize created
-// beforehand, each naming its size.
-func groupPod(ns string, i int) *corev1.Pod {
+// podGroups bursts pods in groups of size created beforehand.
+func podGroups(pods, size int) burstCase {
+	return burstCase{
+		shape: fmt.Sprintf("pods in %d groups of %d", pods/size, size), pods: pods, groupSize: size,
+		newPod: func(ns string, i int) *corev1.Pod { return groupPod(ns, i, size) },
+	}
+}
+
+// groupPod is pod i of a groups burst: groups of size created beforehand,
+// each naming its size.
+func groupPod(ns string, i, size int) *corev1.Pod {
 	p := benchPod(ns, fmt.Sprintf("pod-%d", i), "user-queue")
-	p.Labels[podkeys.PodGroupNameLabel] = fmt.Sprintf("group-%d", i/groupSize)
-	p.Annotations = map[string]string{podkeys.PodGroupTotalCountAnnotation: fmt.Sprint(groupSize)}
+	p.Labels[podkeys.PodGroupNameLabel] = fmt.Sprintf("group-%d", i/size)
+	p.Annotations = map[string]string{podkeys.PodGroupTotalCountAnnotation: fmt.Sprint(size)}
 	return p
 }
 
@@ -98,32 +129,65 @@ var (
 	}
 )
 
-// BenchmarkBurstDeclaredGroups bursts the same number of pods as groups
-// declared by a driver (KEP-976 Story 3): every groupSize-th pod declares
-// its group (itself and groupSize-1 workers shaped by a template), the
-// others are workers naming their role. Pods are created in burst order,
-// so most workers of a group arrive around its driver: before its
-// admission they wait and are ungated with it; after, they join at once.
-// Joining writes nothing to the Workload.
+// BenchmarkBurstDeclaredGroups bursts the same number of pods as groups of
+// ten declared by a driver (KEP-976 Story 3): every tenth pod declares its
+// group (itself and nine workers shaped by a template), the others are
+// workers naming their role. Pods are created in burst order, so most
+// workers of a group arrive around its driver: before its admission they
+// wait and are ungated with it; after, they join at once. Joining writes
+// nothing to the Workload.
 func BenchmarkBurstDeclaredGroups(b *testing.B) {
-	sets := fmt.Sprintf(`[{"name":"driver","count":1},{"name":"worker","count":%d,"template":{"spec":{"containers":`+
-		`[{"name":"main","resources":{"requests":{"cpu":"100m"}}}]}}}]`, groupSize-1)
-	runBurst(b, fmt.Sprintf("pods in %d declared groups of %d", burst/groupSize, groupSize), apiServerOnly, func(ns string, i int) *corev1.Pod {
-		p := benchPod(ns, fmt.Sprintf("pod-%d", i), "user-queue")
-		p.Labels[podkeys.PodGroupNameLabel] = fmt.Sprintf("group-%d", i/groupSize)
-		if i%groupSize == 0 {
-			p.Annotations = map[string]string{podkeys.PodGroupSetsAnnotation: sets}
-		} else {
-			p.Labels[podkeys.PodGroupRoleLabel] = "worker"
-		}
-		return p
-	})
+	runBurst(b, apiServerOnly, declaredGroups(burst, 10))
 }
 
-// runBurst measures the raw pipeline, then bursts pods made by newPod
-// through sluice, in one control plane, and reports both.
-func runBurst(b *testing.B, shape string, envOpts testenv.Options, newPod func(ns string, i int) *corev1.Pod) {
-	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+// BenchmarkBurstDeclaredDriver1000 is one driver declaring 1,000 workers:
+// most of them arrive after the group's admission and join one by one.
+func BenchmarkBurstDeclaredDriver1000(b *testing.B) {
+	runBurst(b, apiServerOnly, declaredGroups(1001, 1001))
+}
+
+// declaredGroups bursts pods in groups of size declared by their first pod,
+// the driver; the others are its workers.
+func declaredGroups(pods, size int) burstCase {
+	sets := fmt.Sprintf(`[{"name":"driver","count":1},{"name":"worker","count":%d,"template":{"spec":{"containers":`+
+		`[{"name":"main","resources":{"requests":{"cpu":"100m"}}}]}}}]`, size-1)
+	return burstCase{
+		shape: fmt.Sprintf("pods in %d declared groups of %d", pods/size, size), pods: pods, groupSize: size,
+		newPod: func(ns string, i int) *corev1.Pod {
+			p := benchPod(ns, fmt.Sprintf("pod-%d", i), "user-queue")
+			p.Labels[podkeys.PodGroupNameLabel] = fmt.Sprintf("group-%d", i/size)
+			if i%size == 0 {
+				p.Annotations = map[string]string{podkeys.PodGroupSetsAnnotation: sets}
+			} else {
+				p.Labels[podkeys.PodGroupRoleLabel] = "worker"
+			}
+			return p
+		},
+	}
+}
+
+// ungateBound is how long a burst of pods may take to be ungated before the
+// benchmark gives up and reports what it saw: ten minutes per 2,000 pods,
+// as generous at 5,000 as at 2,000. SLUICE_BENCH_UNGATE_BOUND (a Go
+// duration) overrides it.
+func ungateBound(b *testing.B, pods int) time.Duration {
+	if v := os.Getenv("SLUICE_BENCH_UNGATE_BOUND"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			b.Fatalf("SLUICE_BENCH_UNGATE_BOUND: %v", err)
+		}
+		return d
+	}
+	return max(10*time.Minute, time.Duration(pods)*10*time.Minute/burst)
+}
+
+// runBurst measures the raw pipeline, then bursts c's pods through sluice,
+// in one control plane, and reports both.
+func runBurst(b *testing.B, envOpts testenv.Options, c burstCase) {
+	bound := ungateBound(b, c.pods)
+	// Starting the control plane and sluice and the raw runs take a few
+	// minutes at most; the burst may take its whole bound.
+	ctx, cancel := context.WithTimeout(context.Background(), bound+15*time.Minute)
 	defer cancel()
 	env, err := testenv.Start(ctx, envOpts)
 	if err != nil {
@@ -137,11 +201,15 @@ func runBurst(b *testing.B, shape string, envOpts testenv.Options, newPod func(n
 	if err != nil {
 		b.Fatal(err)
 	}
+	// The raw runs patch at least a whole group, so the time the API
+	// server alone needs to ungate the largest group is measured, not
+	// extrapolated from a smaller run.
+	rawPods := max(burst, c.groupSize)
 	rawCPU := newCPUMeter(env, nil)
-	raw := measureRaw(ctx, b, cs, namespace(ctx, b, cs, "raw"), true)
+	raw := measureRaw(ctx, b, cs, namespace(ctx, b, cs, "raw"), true, rawPods)
 	rawCPUReport := rawCPU.report()
 	hookCPU := newCPUMeter(env, nil)
-	hooked := measureRawThroughWebhook(ctx, b, cs)
+	hooked := measureRawThroughWebhook(ctx, b, cs, rawPods)
 	hookCPUReport := hookCPU.report()
 
 	opts := harness.Options{BinDir: os.Getenv("SLUICE_SERVICES_BIN")}
@@ -155,22 +223,39 @@ func runBurst(b *testing.B, shape string, envOpts testenv.Options, newPod func(n
 	}
 	defer s.Stop()
 	cpu := newCPUMeter(env, s)
-	res := measureSluice(ctx, b, env, cs, newPod, s, profileDir)
+	memory := newMemoryMeter(s)
+	res := measureSluice(ctx, b, env, cs, c, s, profileDir, bound)
 	cpuReport := cpu.report()
+	memReport := memory.report()
+
+	// The last group's pods cannot all be ungated faster than the raw API
+	// server patches that many.
+	rawUngate := time.Duration(float64(c.groupSize) / raw.patchesPerSecond * float64(time.Second))
+	grouperCPU, webhookCPU := cpu.used("grouper")*1000/float64(c.pods), cpu.used("webhook")*1000/float64(c.pods)
 
 	b.ReportMetric(res.podsPerSecond, "pods/s")
 	b.ReportMetric(raw.pipelinePerSecond, "raw-pods/s")
 	b.ReportMetric(res.writesPerPod, "writes/pod")
 	b.ReportMetric(res.p50.Seconds()*1000, "p50-ms")
 	b.ReportMetric(res.p99.Seconds()*1000, "p99-ms")
+	b.ReportMetric(res.lastCreateToUngate.Seconds()*1000, "last-create-to-ungate-ms")
+	b.ReportMetric(rawUngate.Seconds()*1000, "raw-ungate-ms")
+	b.ReportMetric(grouperCPU, "grouper-cpu-ms/pod")
+	b.ReportMetric(webhookCPU, "webhook-cpu-ms/pod")
+	for _, name := range []string{"admitter", "checks", "grouper", "webhook"} {
+		b.ReportMetric(mb(memReport.peak[name]), name+"-peak-MB")
+	}
+	b.ReportMetric(memReport.growthPerPod("grouper", c.pods)/1024, "grouper-peak-KB/pod")
 
-	fmt.Printf("\n== burst of %d %s, %d client workers ==\n", burst, shape, workers)
-	fmt.Printf("raw API server, no sluice: %s\n", raw)
+	fmt.Printf("\n== burst of %d %s, %d client workers ==\n", c.pods, c.shape, workers)
+	fmt.Printf("raw API server, no sluice (%d pods): %s\n", rawPods, raw)
 	fmt.Printf("raw through a webhook that only adds the gate: %s (%.0f%% of raw)\n",
 		hooked, 100*hooked.pipelinePerSecond/raw.pipelinePerSecond)
 	fmt.Printf("sluice: %.0f pods/s from creation to ungated (%.0f%% of the raw pipeline), %d/%d ungated\n",
-		res.podsPerSecond, 100*res.podsPerSecond/raw.pipelinePerSecond, res.ungated, burst)
+		res.podsPerSecond, 100*res.podsPerSecond/raw.pipelinePerSecond, res.ungated, c.pods)
 	fmt.Printf("latency creation->ungated: p50 %s  p90 %s  p99 %s\n", res.p50, res.p90, res.p99)
+	fmt.Printf("from the last create to the last ungate: %s; the raw API server ungates %d pods in %s\n",
+		res.lastCreateToUngate.Round(time.Millisecond), c.groupSize, rawUngate.Round(time.Millisecond))
 	fmt.Printf("median time per stage: %s\n", res.stages)
 	fmt.Printf("API writes per pod (all clients, pod create included): %.2f\n", res.writesPerPod)
 	fmt.Printf("writes by resource: %s\n", res.writesByResource)
@@ -178,19 +263,26 @@ func runBurst(b *testing.B, shape string, envOpts testenv.Options, newPod func(n
 	fmt.Printf("CPU seconds, raw pipeline: %s\n", rawCPUReport)
 	fmt.Printf("CPU seconds, raw through the gating webhook (its server is the benchmark's): %s\n", hookCPUReport)
 	fmt.Printf("CPU seconds, sluice from the burst's start to the last ungate: %s\n", cpuReport)
+	fmt.Printf("CPU ms per pod: grouper %.2f, webhook %.2f\n", grouperCPU, webhookCPU)
+	fmt.Printf("peak resident memory (VmHWM), MB: %s; the grouper's grew %.1f KB per pod\n",
+		memReport, memReport.growthPerPod("grouper", c.pods)/1024)
 }
 
 type sluiceResult struct {
 	podsPerSecond, writesPerPod float64
 	p50, p90, p99               time.Duration
-	ungated                     int
-	writesByResource            string
-	readsByResource             string
-	stages                      string
+	// lastCreateToUngate runs from the answer to the burst's last create
+	// to the last ungate seen.
+	lastCreateToUngate time.Duration
+	ungated            int
+	writesByResource   string
+	readsByResource    string
+	stages             string
 }
 
-func measureSluice(ctx context.Context, b *testing.B, env *testenv.Env, cs kubernetes.Interface, newPod func(ns string, i int) *corev1.Pod,
-	s *harness.Sluice, profileDir string) sluiceResult {
+func measureSluice(ctx context.Context, b *testing.B, env *testenv.Env, cs kubernetes.Interface, bc burstCase,
+	s *harness.Sluice, profileDir string, bound time.Duration) sluiceResult {
+	n := bc.pods
 	ns := namespace(ctx, b, cs, "burst")
 	c, err := client.New(env.Config, client.Options{})
 	if err != nil {
@@ -199,17 +291,17 @@ func measureSluice(ctx context.Context, b *testing.B, env *testenv.Env, cs kuber
 	if err := sluicev1alpha1.AddToScheme(c.Scheme()); err != nil {
 		b.Fatal(err)
 	}
-	setupQueues(ctx, b, c, ns)
+	setupQueues(ctx, b, c, ns, n)
 
 	informers, err := cache.New(env.Config, cache.Options{Scheme: c.Scheme(), DefaultNamespaces: map[string]cache.Config{ns: {}}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	ungatedAt := watchUngated(ctx, b, informers)
+	ungatedAt := watchUngated(ctx, b, informers, n)
 	// A group's Workload has no owners: its pods are found by group name.
 	groupPods := map[string][]string{}
-	for i := range burst {
-		if p := newPod(ns, i); p.Labels[podkeys.PodGroupNameLabel] != "" {
+	for i := range n {
+		if p := bc.newPod(ns, i); p.Labels[podkeys.PodGroupNameLabel] != "" {
 			g := p.Labels[podkeys.PodGroupNameLabel]
 			groupPods[g] = append(groupPods[g], p.Name)
 		}
@@ -229,32 +321,24 @@ func measureSluice(ctx context.Context, b *testing.B, env *testenv.Env, cs kuber
 			go profileService(ctx, b, svc, profileDir)
 		}
 	}
-	created := make([]time.Time, burst)
+	created := make([]time.Time, n)
 	start := time.Now()
-	parallel(burst, func(i int) error {
+	parallel(n, func(i int) error {
 		created[i] = time.Now()
-		_, err := cs.CoreV1().Pods(ns).Create(ctx, newPod(ns, i), metav1.CreateOptions{})
+		_, err := cs.CoreV1().Pods(ns).Create(ctx, bc.newPod(ns, i), metav1.CreateOptions{})
 		return err
 	}, b)
+	createdAll := time.Now()
 
-	// Wait until every pod is ungated, or give up after a generous bound.
-	deadline := time.Now().Add(10 * time.Minute)
-	var seen map[string]time.Time
-	for {
-		seen = ungatedAt.snapshot()
-		if len(seen) >= burst || time.Now().After(deadline) || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(50 * time.Millisecond) // polling an in-memory map, not standing in for a condition
-	}
+	seen := ungatedAt.wait(ctx, bound, start)
 	after, err := env.RequestCounts(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
 
 	var last time.Time
-	lat := make([]time.Duration, 0, burst)
-	for i := range burst {
+	lat := make([]time.Duration, 0, n)
+	for i := range n {
 		t, ok := seen[fmt.Sprintf("pod-%d", i)]
 		if !ok {
 			continue
@@ -264,8 +348,8 @@ func measureSluice(ctx context.Context, b *testing.B, env *testenv.Env, cs kuber
 			last = t
 		}
 	}
-	if len(lat) < burst {
-		b.Errorf("only %d of %d pods were ungated within the bound", len(lat), burst)
+	if len(lat) < n {
+		b.Errorf("only %d of %d pods were ungated within %s", len(lat), n, bound)
 	}
 	stagesReport := stages.report(created, seen)
 	slices.Sort(lat)
@@ -274,6 +358,7 @@ func measureSluice(ctx context.Context, b *testing.B, env *testenv.Env, cs kuber
 	if len(lat) > 0 {
 		res.podsPerSecond = float64(len(lat)) / last.Sub(start).Seconds()
 		res.p50, res.p90, res.p99 = pct(lat, 50), pct(lat, 90), pct(lat, 99)
+		res.lastCreateToUngate = last.Sub(createdAll)
 	}
 	writes, byRes, reads := 0.0, map[string]float64{}, map[string]float64{}
 	for _, rc := range testenv.SubtractCounts(after, before) {
@@ -284,10 +369,10 @@ func measureSluice(ctx context.Context, b *testing.B, env *testenv.Env, cs kuber
 			reads[rc.Verb+" "+rc.Resource+subres(rc.Subresource)] += rc.Count
 		}
 	}
-	res.readsByResource = perPod(reads)
-	res.writesPerPod = writes / burst
+	res.readsByResource = perPod(reads, n)
+	res.writesPerPod = writes / float64(n)
 	res.stages = stagesReport
-	res.writesByResource = perPod(byRes)
+	res.writesByResource = perPod(byRes, n)
 	return res
 }
 
@@ -298,11 +383,11 @@ func unlimited(cfg *rest.Config) *rest.Config {
 	return cfg
 }
 
-// perPod renders request counts by verb and resource, per pod of the burst.
-func perPod(counts map[string]float64) string {
+// perPod renders request counts by verb and resource, per pod of a burst.
+func perPod(counts map[string]float64, pods int) string {
 	var parts []string
 	for k, v := range counts {
-		parts = append(parts, fmt.Sprintf("%s=%.2f", k, v/burst))
+		parts = append(parts, fmt.Sprintf("%s=%.2f", k, v/float64(pods)))
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, " ")
@@ -323,7 +408,16 @@ func pct(sorted []time.Duration, p int) time.Duration {
 	return sorted[i].Round(time.Millisecond)
 }
 
-func setupQueues(ctx context.Context, b *testing.B, c client.Client, ns string) {
+// setupQueues makes the ClusterQueue the burst's pods are admitted to, with
+// quota for all of them at once (at least today's 100,000 CPU): a group is
+// admitted whole, so a group of 5,000 needs room for 5,000 pods.
+func setupQueues(ctx context.Context, b *testing.B, c client.Client, ns string, pods int) {
+	quota := resource.MustParse("100000")
+	need := benchPodCPU.DeepCopy()
+	need.Mul(int64(pods))
+	if need.Cmp(quota) > 0 {
+		quota = need
+	}
 	objs := []client.Object{
 		&sluicev1alpha1.ResourceFlavor{ObjectMeta: metav1.ObjectMeta{Name: "bench"}},
 		&sluicev1alpha1.ClusterQueue{
@@ -331,7 +425,7 @@ func setupQueues(ctx context.Context, b *testing.B, c client.Client, ns string) 
 			Spec: sluicev1alpha1.ClusterQueueSpec{ResourceGroups: []sluicev1alpha1.ResourceGroup{{
 				CoveredResources: []corev1.ResourceName{corev1.ResourceCPU},
 				Flavors: []sluicev1alpha1.FlavorQuotas{{Name: "bench", Resources: []sluicev1alpha1.ResourceQuota{
-					{Name: corev1.ResourceCPU, NominalQuota: resource.MustParse("100000")},
+					{Name: corev1.ResourceCPU, NominalQuota: quota},
 				}}},
 			}}},
 		},
@@ -351,6 +445,8 @@ func setupQueues(ctx context.Context, b *testing.B, c client.Client, ns string) 
 type ungatedTimes struct {
 	mu   sync.Mutex
 	seen map[string]time.Time
+	want int
+	all  chan struct{} // closed once want pods are seen
 }
 
 func (u *ungatedTimes) snapshot() map[string]time.Time {
@@ -359,8 +455,29 @@ func (u *ungatedTimes) snapshot() map[string]time.Time {
 	return maps.Clone(u.seen)
 }
 
-func watchUngated(ctx context.Context, b *testing.B, informers cache.Cache) *ungatedTimes {
-	u := &ungatedTimes{seen: map[string]time.Time{}}
+// wait returns the pods seen ungated once all are, or when bound has passed
+// since start, printing every minute how far the burst got: a burst that
+// does not finish still says where it stopped.
+func (u *ungatedTimes) wait(ctx context.Context, bound time.Duration, start time.Time) map[string]time.Time {
+	ctx, cancel := context.WithDeadline(ctx, start.Add(bound))
+	defer cancel()
+	progress := time.NewTicker(time.Minute)
+	defer progress.Stop()
+	for {
+		select {
+		case <-u.all:
+			return u.snapshot()
+		case <-ctx.Done():
+			return u.snapshot()
+		case <-progress.C:
+			fmt.Printf("... %d/%d pods ungated after %s\n", len(u.snapshot()), u.want, time.Since(start).Round(time.Second))
+		}
+	}
+}
+
+// watchUngated records the pods' ungating until want of them are seen.
+func watchUngated(ctx context.Context, b *testing.B, informers cache.Cache, want int) *ungatedTimes {
+	u := &ungatedTimes{seen: map[string]time.Time{}, want: want, all: make(chan struct{})}
 	observe(ctx, b, informers, &corev1.Pod{}, func(obj any) {
 		p, ok := obj.(*corev1.Pod)
 		if !ok || hasGate(p) {
@@ -371,6 +488,9 @@ func watchUngated(ctx context.Context, b *testing.B, informers cache.Cache) *ung
 		defer u.mu.Unlock()
 		if _, dup := u.seen[p.Name]; !dup {
 			u.seen[p.Name] = now
+			if len(u.seen) == u.want {
+				close(u.all)
+			}
 		}
 	})
 	return u
@@ -384,6 +504,9 @@ func namespace(ctx context.Context, b *testing.B, cs kubernetes.Interface, name 
 	return name
 }
 
+// benchPodCPU is every bench pod's CPU request.
+var benchPodCPU = resource.MustParse("100m")
+
 func benchPod(ns, name, queue string) *corev1.Pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
@@ -391,7 +514,7 @@ func benchPod(ns, name, queue string) *corev1.Pod {
 			RestartPolicy: corev1.RestartPolicyNever,
 			Containers: []corev1.Container{{
 				Name: "main", Image: "registry.k8s.io/pause:3.10",
-				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}},
+				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: benchPodCPU}},
 			}},
 		},
 	}

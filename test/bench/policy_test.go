@@ -83,7 +83,7 @@ func BenchmarkUngatePolicyCost(b *testing.B) {
 				labels = map[string]string{podkeys.ManagedLabel: podkeys.ManagedLabelValue}
 			}
 			ns := namespace(ctx, b, admin, fmt.Sprintf("ungate-%s-%d", c.name, round))
-			names, _ := createPods(ctx, b, admin, ns, true, labels)
+			names, _ := createPods(ctx, b, admin, ns, true, labels, burst)
 			ungater := grouper
 			if c.admin {
 				ungater = admin

@@ -31,30 +31,30 @@ func (r rawResult) String() string {
 		r.createsPerSecond, r.patchesPerSecond, r.pipelinePerSecond)
 }
 
-// measureRaw creates burst pods in ns and then ungates each with one plain
+// measureRaw creates n pods in ns and then ungates each with one plain
 // patch: the ceiling sluice is held against. With gated the pods are
 // created with the gate; without, something in the API server's admission
 // (the gating webhook) must add it.
-func measureRaw(ctx context.Context, b *testing.B, cs kubernetes.Interface, ns string, gated bool) rawResult {
-	names, createDur := createPods(ctx, b, cs, ns, gated, nil)
+func measureRaw(ctx context.Context, b *testing.B, cs kubernetes.Interface, ns string, gated bool, n int) rawResult {
+	names, createDur := createPods(ctx, b, cs, ns, gated, nil, n)
 	patchDur := ungatePods(ctx, b, cs, ns, names)
 	return rawResult{
-		createsPerSecond:  burst / createDur.Seconds(),
-		patchesPerSecond:  burst / patchDur.Seconds(),
-		pipelinePerSecond: burst / (createDur + patchDur).Seconds(),
+		createsPerSecond:  float64(n) / createDur.Seconds(),
+		patchesPerSecond:  float64(n) / patchDur.Seconds(),
+		pipelinePerSecond: float64(n) / (createDur + patchDur).Seconds(),
 	}
 }
 
-// createPods creates burst pods carrying labels in ns, gated at creation
-// (by the request when gated, else by the API server's admission), and
+// createPods creates n pods carrying labels in ns, gated at creation (by
+// the request when gated, else by the API server's admission), and
 // returns their names and how long it took.
-func createPods(ctx context.Context, b *testing.B, cs kubernetes.Interface, ns string, gated bool, labels map[string]string) ([]string, time.Duration) {
-	names := make([]string, burst)
+func createPods(ctx context.Context, b *testing.B, cs kubernetes.Interface, ns string, gated bool, labels map[string]string, n int) ([]string, time.Duration) {
+	names := make([]string, n)
 	for i := range names {
 		names[i] = fmt.Sprintf("raw-%d", i)
 	}
 	start := time.Now()
-	parallel(burst, func(i int) error {
+	parallel(n, func(i int) error {
 		p := benchPod(ns, names[i], "")
 		p.Labels = labels
 		if gated {
@@ -87,11 +87,11 @@ func ungatePods(ctx context.Context, b *testing.B, cs kubernetes.Interface, ns s
 // Kueue do, before it runs a line of its own logic; the gap between it and
 // the raw pipeline is what the webhook round trip alone costs the API
 // server.
-func measureRawThroughWebhook(ctx context.Context, b *testing.B, cs kubernetes.Interface) rawResult {
+func measureRawThroughWebhook(ctx context.Context, b *testing.B, cs kubernetes.Interface, n int) rawResult {
 	ns := namespace(ctx, b, cs, "raw-webhook")
 	unregister := startGatingWebhook(ctx, b, cs, ns)
 	defer unregister()
-	return measureRaw(ctx, b, cs, ns, false)
+	return measureRaw(ctx, b, cs, ns, false, n)
 }
 
 // gatingPatch is the whole mutation of the gating webhook.
