@@ -316,10 +316,20 @@ func measureSluice(ctx context.Context, b *testing.B, env *testenv.Env, cs kuber
 		b.Fatal(err)
 	}
 	if profileDir != "" {
-		go profileAPIServer(ctx, b, cs, profileDir)
-		for _, svc := range []*harness.Service{s.Admitter, s.Grouper, s.Webhook} {
-			go profileService(ctx, b, svc, profileDir)
-		}
+		go func() {
+			// SLUICE_BENCH_PROFILE_DELAY moves the 10-second window later
+			// into the burst, e.g. onto the ungates of a large group.
+			delay, _ := time.ParseDuration(os.Getenv("SLUICE_BENCH_PROFILE_DELAY"))
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(delay):
+			}
+			go profileAPIServer(ctx, b, cs, profileDir)
+			for _, svc := range []*harness.Service{s.Admitter, s.Grouper, s.Webhook} {
+				go profileService(ctx, b, svc, profileDir)
+			}
+		}()
 	}
 	created := make([]time.Time, n)
 	start := time.Now()
@@ -652,7 +662,8 @@ func latest(a, b time.Time) time.Time {
 // profileAPIServer writes a 10-second CPU profile of kube-apiserver, taken
 // during the burst, to dir/kube-apiserver.pprof. Set SLUICE_BENCH_PROFILE_DIR
 // to get one, and the same of the admitter, grouper and webhook (started
-// with --pprof); `go tool pprof` reads them.
+// with --pprof); `go tool pprof` reads them. SLUICE_BENCH_PROFILE_DELAY
+// (a duration) starts them that long after the burst.
 func profileAPIServer(ctx context.Context, b *testing.B, cs kubernetes.Interface, dir string) {
 	data, err := cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "10").DoRaw(ctx)
 	if err != nil {

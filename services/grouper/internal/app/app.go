@@ -128,9 +128,6 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	if err := controller.IndexPods(ctx, mgr.GetFieldIndexer()); err != nil {
-		return err
-	}
 	rec := controller.New(controller.Options{
 		Client:      mgr.GetClient(),
 		APIReader:   mgr.GetAPIReader(),

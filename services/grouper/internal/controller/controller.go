@@ -7,8 +7,9 @@
 //
 // Decisions are levels: every snapshot replaces what the grouper holds,
 // and every pod converges to it, so a lost message costs latency only.
-// Pods are read from the manager's cache only, and lists of them are not
-// copied: they are only read. Decisions arrive through
+// Pods are read from the manager's cache only; a workload's pods from the
+// roster, which the pod events fill, and which holds the cache's objects
+// without copying them: they are only read. Decisions arrive through
 // the Sink methods and wake the pods of their workload through the
 // controller's work queue, which bounds the concurrency of API writes and
 // retries failures with backoff.
@@ -47,12 +48,10 @@ import (
 	"github.com/sluice-dev/sluice/pkg/podkeys"
 	"github.com/sluice-dev/sluice/services/grouper/internal/metrics"
 	"github.com/sluice-dev/sluice/services/grouper/internal/podpatch"
+	"github.com/sluice-dev/sluice/services/grouper/internal/roster"
 	"github.com/sluice-dev/sluice/services/grouper/internal/shard"
 	"github.com/sluice-dev/sluice/services/grouper/internal/workload"
 )
-
-// WorkloadIndex is the cache index of pods by "<namespace>/<workload>".
-const WorkloadIndex = "sluice.dev/workload"
 
 // Event reasons and actions on pods.
 const (
@@ -116,6 +115,8 @@ type Options struct {
 // decision stream.
 type Reconciler struct {
 	opts      Options
+	roster    *roster.Roster
+	views     *groupViews
 	decisions *decisionStore
 	pods      *podStates
 	groups    *groupStates
@@ -124,7 +125,12 @@ type Reconciler struct {
 	ungates   *ungatesInFlight
 	started   *startedReports
 	stopQ     workqueue.TypedRateLimitingInterface[workload.Key]
-	wake      chan event.TypedGenericEvent[*corev1.Pod]
+	// startedQ counts the started pods of admissions with a start-up
+	// deadline, a workload at a time (see noteStarted).
+	startedQ workqueue.TypedRateLimitingInterface[workload.Key]
+	wake     chan event.TypedGenericEvent[*corev1.Pod]
+	// groupGone wakes the empty-group check of a group that lost a pod.
+	groupGone chan event.GenericEvent
 	now       func() time.Time
 }
 
@@ -135,6 +141,8 @@ func New(opts Options) *Reconciler {
 	}
 	return &Reconciler{
 		opts:      opts,
+		roster:    roster.New(),
+		views:     newGroupViews(),
 		decisions: newDecisionStore(),
 		pods:      newPodStates(),
 		groups:    newGroupStates(),
@@ -144,27 +152,12 @@ func New(opts Options) *Reconciler {
 		started:   newStartedReports(),
 		stopQ: workqueue.NewTypedRateLimitingQueue(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[workload.Key](retryMin, retryMax)),
-		wake: make(chan event.TypedGenericEvent[*corev1.Pod], enqueueBuffer),
-		now:  time.Now,
+		startedQ: workqueue.NewTypedRateLimitingQueue(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[workload.Key](retryMin, retryMax)),
+		wake:      make(chan event.TypedGenericEvent[*corev1.Pod], enqueueBuffer),
+		groupGone: make(chan event.GenericEvent, enqueueBuffer),
+		now:       time.Now,
 	}
-}
-
-// IndexPods registers WorkloadIndex on the manager's pod cache.
-func IndexPods(ctx context.Context, indexer client.FieldIndexer) error {
-	err := indexer.IndexField(ctx, &corev1.Pod{}, WorkloadIndex, func(o client.Object) []string {
-		pod, ok := o.(*corev1.Pod)
-		if !ok {
-			return nil
-		}
-		if key, ok := workload.KeyFor(pod); ok {
-			return []string{key.String()}
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("index pods by workload: %w", err)
-	}
-	return nil
 }
 
 // SetupWithManager registers the controller: pod events and decisions
@@ -172,7 +165,7 @@ func IndexPods(ctx context.Context, indexer client.FieldIndexer) error {
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("pods").
-		For(&corev1.Pod{}).
+		Watches(&corev1.Pod{}, r.podEvents()).
 		WatchesRawSource(source.Channel(r.wake, &handler.TypedEnqueueRequestForObject[*corev1.Pod]{})).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: workers,
@@ -187,6 +180,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 	}
 	if err := mgr.Add(manager.RunnableFunc(r.runStopChecks)); err != nil {
 		return fmt.Errorf("set up stop checks: %w", err)
+	}
+	if err := mgr.Add(manager.RunnableFunc(r.runStartedReports)); err != nil {
+		return fmt.Errorf("set up started reports: %w", err)
 	}
 	return nil
 }
@@ -217,20 +213,17 @@ func (r *Reconciler) Snapshot(decisions []*admitterv1.Decision) {
 
 // wakeUndecided wakes every gated pod whose workload has no decision.
 func (r *Reconciler) wakeUndecided() {
-	var pods corev1.PodList
-	if err := r.opts.Client.List(context.Background(), &pods, client.UnsafeDisableDeepCopy); err != nil {
-		r.opts.Log.Error(err, "list pods to converge after a snapshot")
-		return
-	}
-	for i := range pods.Items {
-		pod := &pods.Items[i]
-		key, ok := workload.KeyFor(pod)
-		if !ok || !r.opts.Shard.Owns(key.Namespace, key.Name) || !podpatch.HasGate(pod) {
-			continue
+	var undecided []*corev1.Pod
+	r.roster.Each(func(key workload.Key, pod *corev1.Pod) {
+		if !r.opts.Shard.Owns(key.Namespace, key.Name) || !podpatch.HasGate(pod) {
+			return
 		}
 		if _, decided := r.decisions.get(key); !decided {
-			r.wake <- event.TypedGenericEvent[*corev1.Pod]{Object: pod}
+			undecided = append(undecided, pod)
 		}
+	})
+	for _, pod := range undecided {
+		r.wake <- event.TypedGenericEvent[*corev1.Pod]{Object: pod}
 	}
 }
 
@@ -243,6 +236,7 @@ func (r *Reconciler) Changes(decisions []*admitterv1.Decision) {
 			r.stops.forget(keyOf(d))
 			r.started.forget(keyOf(d))
 			r.groups.forget(keyOf(d))
+			r.views.forget(keyOf(d))
 			r.gangs.forget(keyOf(d))
 			r.wakeGated(keyOf(d))
 			continue
@@ -264,23 +258,14 @@ func (r *Reconciler) dispatch(d *admitterv1.Decision) {
 	if stopping(d) {
 		r.stopQ.Add(key)
 	}
-	var pods corev1.PodList
-	// A cache read: it cannot block on the network.
-	if err := r.opts.Client.List(context.Background(), &pods, client.UnsafeDisableDeepCopy,
-		client.InNamespace(key.Namespace), client.MatchingFields{WorkloadIndex: key.String()}); err != nil {
-		r.opts.Log.Error(err, "list pods of workload", "workload", key.String())
-		return
+	if hasDeadline(d) {
+		// Pods running already may be all the counts wait for.
+		r.startedQ.Add(key)
 	}
-	wokeForStarted := false
-	for i := range pods.Items {
-		pod := &pods.Items[i]
+	for _, pod := range r.roster.Pods(key) {
 		if d.GetAction() == admitterv1.Decision_ACTION_ADMIT && r.alreadyUngated(pod) {
 			r.opts.Metrics.AlreadyUngated.Inc()
-			if !hasDeadline(d) || wokeForStarted {
-				continue
-			}
-			// One pod reports the started counts of them all.
-			wokeForStarted = true
+			continue
 		}
 		r.wake <- event.TypedGenericEvent[*corev1.Pod]{Object: pod}
 	}
@@ -345,9 +330,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return r.stopUngated(ctx, &pod, &st)
 	case loss == gateReleased:
 		r.countReleased(&pod, &st)
-		return r.reportStarted(ctx, key, entry, singlePodRoles)
+		return r.noteStarted(key, entry)
 	case !podpatch.HasGate(&pod) || st.ungated:
-		return r.reportStarted(ctx, key, entry, singlePodRoles)
+		return r.noteStarted(key, entry)
 	case hasDecision && action == admitterv1.Decision_ACTION_ADMIT:
 		return r.ungate(ctx, &pod, key, entry, &st)
 	default:

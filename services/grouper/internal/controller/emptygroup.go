@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -18,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
 	sluicev1 "github.com/sluice-dev/sluice/gen/sluice/v1"
@@ -56,21 +56,10 @@ type emptyGroups struct{ r *Reconciler }
 const windowRecheckMin = time.Second
 
 func (r *Reconciler) setupEmptyGroups(mgr ctrl.Manager) error {
-	podGone := handler.Funcs{
-		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			pod, ok := e.Object.(*corev1.Pod)
-			if !ok {
-				return
-			}
-			if key, ok := workload.KeyFor(pod); ok && workload.IsGroupMember(pod) {
-				q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: key.Namespace, Name: key.Name}})
-			}
-		},
-	}
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("pod-groups").
 		For(GroupWorkload()).
-		Watches(&corev1.Pod{}, podGone).
+		WatchesRawSource(source.Channel(r.groupGone, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{
 			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](retryMin, retryMax),
 		}).
@@ -144,13 +133,12 @@ func (g *emptyGroups) reportNoPods(ctx context.Context, ref *sluicev1.WorkloadRe
 // in the API server either (the cache may not have seen pods created a
 // moment ago, and a group with pods must not lose its Workload).
 func (g *emptyGroups) empty(ctx context.Context, key workload.Key) (bool, error) {
-	pods, err := g.r.groupPods(ctx, key)
-	if err != nil || len(pods) > 0 {
-		return false, err
+	if g.r.roster.Len(key) > 0 {
+		return false, nil
 	}
 	live := &metav1.PartialObjectMetadataList{}
 	live.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
-	err = g.r.opts.APIReader.List(ctx, live, client.InNamespace(key.Namespace), client.Limit(1),
+	err := g.r.opts.APIReader.List(ctx, live, client.InNamespace(key.Namespace), client.Limit(1),
 		client.MatchingLabels{podkeys.ManagedLabel: podkeys.ManagedLabelValue, podkeys.PodGroupNameLabel: key.Name})
 	if err != nil {
 		return false, fmt.Errorf("list pods of group %s: %w", key, err)
@@ -164,12 +152,7 @@ func (r *Reconciler) wakeGated(key workload.Key) {
 	if !r.opts.Shard.Owns(key.Namespace, key.Name) {
 		return
 	}
-	pods, err := r.groupPods(context.Background(), key)
-	if err != nil {
-		r.opts.Log.Error(err, "list pods of workload", "workload", key.String())
-		return
-	}
-	for _, pod := range pods {
+	for _, pod := range r.roster.Pods(key) {
 		if workload.IsGroupMember(pod) && pod.DeletionTimestamp == nil && podpatch.HasGate(pod) {
 			r.wake <- event.TypedGenericEvent[*corev1.Pod]{Object: pod}
 		}

@@ -90,9 +90,9 @@ func (r *Reconciler) podSetTemplate(ctx context.Context, key workload.Key, d *ad
 // LocalQueue there, as submitGroup moves a gated one; the move ends the
 // admission. While the pods disagree the group stays, and the pods that
 // moved stay gated.
-func (r *Reconciler) followQueue(ctx context.Context, key workload.Key, ref *sluicev1.WorkloadRef, pods []*corev1.Pod) error {
+func (r *Reconciler) followQueue(ctx context.Context, key workload.Key, ref *sluicev1.WorkloadRef) error {
 	queue := ""
-	for _, p := range pods {
+	for _, p := range r.roster.Pods(key) {
 		if podgroup.Released(p) {
 			continue // a run that is over
 		}

@@ -66,7 +66,7 @@ func (g *gangs) forget(k workload.Key) {
 // when the pod asks for a gang (see gang.MinCount). An error leaves the
 // pod gated: ungated, it would only wait in the scheduler for a PodGroup
 // that is not there.
-func (r *Reconciler) ensureGang(ctx context.Context, pod *corev1.Pod, key workload.Key, uid string, pods []*corev1.Pod) error {
+func (r *Reconciler) ensureGang(ctx context.Context, pod *corev1.Pod, key workload.Key, uid string) error {
 	minCount, ok := gang.MinCount(pod, key.Name)
 	if !ok {
 		return nil
@@ -84,7 +84,7 @@ func (r *Reconciler) ensureGang(ctx context.Context, pod *corev1.Pod, key worklo
 	existing, err := r.createPodGroup(ctx, key, minCount, owner)
 	if err != nil {
 		r.opts.Metrics.PodGroups.WithLabelValues(metrics.ResultError).Inc()
-		r.warnGroup(key, pods, ReasonGangPending, fmt.Sprintf("creating the PodGroup of group %s failed, retrying: %v", key, err))
+		r.warnGroup(key, ReasonGangPending, fmt.Sprintf("creating the PodGroup of group %s failed, retrying: %v", key, err))
 		return err
 	}
 	log := r.opts.Log.WithValues("group", key.String(), "workloadUID", uid, "minCount", minCount)
@@ -92,7 +92,7 @@ func (r *Reconciler) ensureGang(ctx context.Context, pod *corev1.Pod, key worklo
 		r.opts.Metrics.PodGroups.WithLabelValues(metrics.ResultCreated).Inc()
 		log.V(1).Info("PodGroup created")
 	} else {
-		r.foundPodGroup(key, pods, existing, owner, minCount)
+		r.foundPodGroup(key, existing, owner, minCount)
 	}
 	st.ready = owner.UID
 	return nil
@@ -103,7 +103,7 @@ func (r *Reconciler) ensureGang(ctx context.Context, pod *corev1.Pod, key worklo
 // other is used as it is: one sluice did not make is someone's choice,
 // and an earlier run's cannot be replaced while the run's pods name it —
 // kube-controller-manager deletes it only once no active pod does.
-func (r *Reconciler) foundPodGroup(key workload.Key, pods []*corev1.Pod, existing *schedulingv1alpha2.PodGroup, owner gang.Owner, minCount int32) {
+func (r *Reconciler) foundPodGroup(key workload.Key, existing *schedulingv1alpha2.PodGroup, owner gang.Owner, minCount int32) {
 	standing := gang.StandingOf(existing, owner)
 	r.opts.Metrics.PodGroups.WithLabelValues(standing.String()).Inc()
 	log := r.opts.Log.WithValues("group", key.String(), "workloadUID", owner.UID, "minCount", minCount,
@@ -116,7 +116,7 @@ func (r *Reconciler) foundPodGroup(key workload.Key, pods []*corev1.Pod, existin
 	case gang.Earlier:
 		log.Info("the PodGroup of an earlier run holds the group's name; this run uses it until it goes")
 		if got := gang.MinCountOf(existing); got != minCount {
-			r.warnGroup(key, pods, ReasonGangOfEarlierRun, fmt.Sprintf(
+			r.warnGroup(key, ReasonGangOfEarlierRun, fmt.Sprintf(
 				"group %s runs with the PodGroup of an earlier run, whose gang minCount is %d, not this run's %d: it goes once no pod of the group is active",
 				key, got, minCount))
 		}

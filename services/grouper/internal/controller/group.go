@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -75,8 +74,11 @@ type groupState struct {
 	// hash>": pods of one shape ask once.
 	joined map[string]bool
 	// gangSize is the minCount of the gang of the PodGroup the group's
-	// pods name, once read (it cannot change); 0 before.
-	gangSize int32
+	// pods name, once read (it cannot change); 0 before. gangLooked is
+	// when the PodGroup was last found missing, or without a gang: the
+	// group's pods look again together, not each on its own.
+	gangSize   int32
+	gangLooked time.Time
 }
 
 // podGroupRecheck is how soon a group sized by a PodGroup that is missing,
@@ -84,28 +86,32 @@ type groupState struct {
 const podGroupRecheck = 5 * time.Second
 
 // gangSize returns the size of a group that takes it from its PodGroup's
-// gang (no total count; see podgroup.GangSized): the gang's minCount, read
-// once per group from the API server. 0 for other groups, and while the
-// PodGroup is missing or has no gang policy.
-func (r *Reconciler) gangSize(ctx context.Context, key workload.Key, pods []*corev1.Pod) (int32, error) {
-	if !slices.ContainsFunc(pods, podgroup.GangSized) {
+// gang (gangSized: a pod has no total count; see podgroup.GangSized): the
+// gang's minCount, read once per group from the API server. 0 for other
+// groups, and while the PodGroup is missing or has no gang policy.
+func (r *Reconciler) gangSize(ctx context.Context, key workload.Key, gangSized bool) (int32, error) {
+	if !gangSized {
 		return 0, nil
 	}
 	var size int32
-	r.groups.update(key, func(g *groupState) { size = g.gangSize })
-	if size > 0 {
+	now, recent := r.now(), false
+	r.groups.update(key, func(g *groupState) {
+		size, recent = g.gangSize, now.Sub(g.gangLooked) < podGroupRecheck
+	})
+	if size > 0 || recent {
 		return size, nil
 	}
 	pg := &schedulingv1alpha2.PodGroup{}
 	err := r.opts.APIReader.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: key.Name}, pg)
 	switch {
 	case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
+		r.groups.update(key, func(g *groupState) { g.gangLooked = now })
 		return 0, nil
 	case err != nil:
 		return 0, fmt.Errorf("read PodGroup %s: %w", key, err)
 	}
 	size = gang.MinCountOf(pg)
-	r.groups.update(key, func(g *groupState) { g.gangSize = size })
+	r.groups.update(key, func(g *groupState) { g.gangSize, g.gangLooked = size, now })
 	return size, nil
 }
 
@@ -179,51 +185,31 @@ func (r *Reconciler) groupMember(ctx context.Context, pod *corev1.Pod, key workl
 		return r.stopUngated(ctx, pod, st)
 	case loss == gateReleased:
 		r.countReleased(pod, st)
-		return r.reportStarted(ctx, key, entry, groupRoles)
+		return r.noteStarted(key, entry)
 	case pod.DeletionTimestamp != nil || !podpatch.HasGate(pod) || st.ungated:
-		return r.reportStarted(ctx, key, entry, groupRoles)
+		return r.noteStarted(key, entry)
 	case hasDecision && action == admitterv1.Decision_ACTION_ADMIT:
 		return r.ungateMember(ctx, pod, key, entry, st)
 	default:
-		return r.submitGroup(ctx, pod, key)
+		return r.submitGroup(ctx, key)
 	}
-}
-
-// groupPods lists the pods of a group from the cache. They are the
-// cache's own objects, not copies: read them, never change them.
-func (r *Reconciler) groupPods(ctx context.Context, key workload.Key) ([]*corev1.Pod, error) {
-	var list corev1.PodList
-	if err := r.opts.Client.List(ctx, &list, client.UnsafeDisableDeepCopy,
-		client.InNamespace(key.Namespace), client.MatchingFields{WorkloadIndex: key.String()}); err != nil {
-		return nil, fmt.Errorf("list pods of group %s: %w", key, err)
-	}
-	pods := make([]*corev1.Pod, 0, len(list.Items))
-	for i := range list.Items {
-		pods = append(pods, &list.Items[i])
-	}
-	return pods, nil
 }
 
 // submitGroup assembles the group of a gated pod and submits its workload
 // once every pod is there, deleting pods beyond its total count first.
-func (r *Reconciler) submitGroup(ctx context.Context, pod *corev1.Pod, key workload.Key) (reconcile.Result, error) {
-	pods, err := r.groupPods(ctx, key)
-	if err != nil {
-		return reconcile.Result{}, err
+func (r *Reconciler) submitGroup(ctx context.Context, key workload.Key) (reconcile.Result, error) {
+	a, short, err := r.assemble(ctx, key)
+	if short {
+		return reconcile.Result{}, nil // a new pod of the group wakes it again
 	}
-	size, err := r.gangSize(ctx, key, pods)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	a, err := group.Assemble(key.Namespace, key.Name, pods, size)
 	var noSize *group.NoSizeError
 	if errors.As(err, &noSize) {
 		// The PodGroup may well come after its pods: look again soon.
-		r.warnGroup(key, pods, ReasonWaitingForPodGroup, err.Error())
+		r.warnGroup(key, ReasonWaitingForPodGroup, err.Error())
 		return reconcile.Result{RequeueAfter: podGroupRecheck}, nil
 	}
 	if err != nil {
-		r.warnGroup(key, pods, reasonFor(err), err.Error())
+		r.warnGroup(key, reasonFor(err), err.Error())
 		return reconcile.Result{}, nil
 	}
 	if len(a.Strangers) > 0 {
@@ -256,7 +242,7 @@ func (r *Reconciler) submitGroup(ctx context.Context, pod *corev1.Pod, key workl
 		r.opts.Metrics.Submissions.WithLabelValues(metrics.ResultError).Inc()
 		recordError(span, err)
 		if permanent(err) {
-			r.warnGroup(key, pods, ReasonSubmitFailed, fmt.Sprintf("the admitter refused the workload of group %s: %s", key, status.Convert(err).Message()))
+			r.warnGroup(key, ReasonSubmitFailed, fmt.Sprintf("the admitter refused the workload of group %s: %s", key, status.Convert(err).Message()))
 			return reconcile.Result{RequeueAfter: recheckAfter}, nil
 		}
 		return reconcile.Result{}, fmt.Errorf("submit workload of group %s: %w", key, err)
@@ -305,7 +291,7 @@ func (r *Reconciler) deletePods(ctx context.Context, key workload.Key, members, 
 		return err
 	}
 	r.opts.Recorder.Eventf(firstByName(append(slices.Clone(members), excess...)), nil, corev1.EventTypeNormal, ReasonExcessPodsDeleted, actionAssemble,
-		"group %s: deleted %d excess pods (%s): %v", key.Name, len(names), why, names)
+		"group %s: deleted %d excess pods (%s): %s", key.Name, len(names), why, group.NameList(names))
 	return nil
 }
 
@@ -316,13 +302,13 @@ func (r *Reconciler) deleteStrangers(ctx context.Context, key workload.Key, memb
 	if err != nil {
 		return err
 	}
-	var roles []string
+	roles := map[string]bool{}
 	for _, p := range strangers {
-		roles = append(roles, p.Labels[podkeys.PodGroupRoleLabel])
+		roles[p.Labels[podkeys.PodGroupRoleLabel]] = true
 	}
 	r.warn(firstByName(append(slices.Clone(members), strangers...)), ReasonUnknownRole, actionAssemble,
-		"group %s: deleted pods %v: their %s %v is not declared by the group's %s (declared: %v)",
-		key.Name, names, podkeys.PodGroupRoleLabel, roles, podkeys.PodGroupSetsAnnotation, declared)
+		"group %s: deleted pods [%s]: their %s %v is not declared by the group's %s (declared: %v)",
+		key.Name, group.NameList(names), podkeys.PodGroupRoleLabel, slices.Sorted(maps.Keys(roles)), podkeys.PodGroupSetsAnnotation, declared)
 	return nil
 }
 
@@ -362,13 +348,17 @@ func firstByName(pods []*corev1.Pod) *corev1.Pod {
 }
 
 // warnGroup tells a group's problem once, on its first pod by name.
-func (r *Reconciler) warnGroup(key workload.Key, pods []*corev1.Pod, reason, msg string) {
+func (r *Reconciler) warnGroup(key workload.Key, reason, msg string) {
 	tell := false
 	r.groups.update(key, func(g *groupState) {
 		tell = g.warned != msg
 		g.warned = msg
 	})
-	if !tell || len(pods) == 0 {
+	if !tell {
+		return
+	}
+	pods := r.roster.Pods(key)
+	if len(pods) == 0 {
 		return
 	}
 	r.warn(firstByName(pods), reason, actionAssemble, "%s", msg)
@@ -378,21 +368,21 @@ func (r *Reconciler) warnGroup(key workload.Key, pods []*corev1.Pod, reason, msg
 // with the info of the pod set of its role — unless its role has all its
 // pods already: then it is excess and deleted.
 func (r *Reconciler) ungateMember(ctx context.Context, pod *corev1.Pod, key workload.Key, entry decisionEntry, st *podState) (reconcile.Result, error) {
-	pods, state, ref, err := r.observeGroup(ctx, key, entry)
+	state, ref, err := r.observeGroup(key, entry)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	if slices.ContainsFunc(state.Waiting, func(p *corev1.Pod) bool { return p.UID == pod.UID }) {
-		r.warnGroup(key, pods, ReasonWaitingForPlace, fmt.Sprintf(
+		r.warnGroup(key, ReasonWaitingForPlace, fmt.Sprintf(
 			"group %s was admitted with the pods its gang had when complete; pods beyond them wait, gated, for a place a failed pod frees: %s",
-			key.Name, strings.Join(podNames(state.Waiting), ", ")))
+			key.Name, group.NameList(podNames(state.Waiting))))
 		return reconcile.Result{}, nil
 	}
 	if slices.ContainsFunc(state.Strangers, func(p *corev1.Pod) bool { return p.UID == pod.UID }) {
-		return reconcile.Result{}, r.deleteStrangers(ctx, key, pods, []*corev1.Pod{pod}, slices.Sorted(maps.Keys(entry.decision.GetPodSetCounts())))
+		return reconcile.Result{}, r.deleteStrangers(ctx, key, r.roster.Pods(key), []*corev1.Pod{pod}, slices.Sorted(maps.Keys(entry.decision.GetPodSetCounts())))
 	}
 	if slices.ContainsFunc(state.Excess, func(p *corev1.Pod) bool { return p.UID == pod.UID }) {
-		return reconcile.Result{}, r.deletePods(ctx, key, pods, []*corev1.Pod{pod}, "its role has all its pods")
+		return reconcile.Result{}, r.deletePods(ctx, key, r.roster.Pods(key), []*corev1.Pod{pod}, "its role has all its pods")
 	}
 	// This pod may be the replacement a failed pod waits for, to be freed.
 	for _, p := range state.Replaced {
@@ -411,13 +401,13 @@ func (r *Reconciler) ungateMember(ctx context.Context, pod *corev1.Pod, key work
 	}
 	switch {
 	case v.QueueMoved():
-		return r.misfit(ctx, pod, key, entry.decision, v, st), r.followQueue(ctx, key, ref, pods)
+		return r.misfit(ctx, pod, key, entry.decision, v, st), r.followQueue(ctx, key, ref)
 	case state.Roles.Declared && !v.SameShape():
 		// Not shaped like the pod its set was built from (a worker of a
 		// role with a template, a pod naming a role shaped like the
 		// driver, a pod changed since): only the admitter can say whether
 		// it may run in the set.
-		joined, err := r.joinOrDelete(ctx, key, ref, pods, pod, role, v.Hash)
+		joined, err := r.joinOrDelete(ctx, key, ref, pod, role, v.Hash)
 		if err != nil || !joined {
 			return reconcile.Result{}, err
 		}
@@ -427,7 +417,7 @@ func (r *Reconciler) ungateMember(ctx context.Context, pod *corev1.Pod, key work
 	st.misfit = ""
 	// The scheduler's gang comes first: a pod ungated before its
 	// PodGroup exists waits in the scheduler for it anyway.
-	if err := r.ensureGang(ctx, pod, key, ref.GetUid(), pods); err != nil {
+	if err := r.ensureGang(ctx, pod, key, ref.GetUid()); err != nil {
 		return reconcile.Result{}, err
 	}
 	info, err := podSetInfoFor(entry.decision, role)
@@ -451,7 +441,7 @@ func (r *Reconciler) cannotApply(pod *corev1.Pod, key workload.Key, err error) (
 
 // joinOrDelete lets a pod of a declared group join its pod set, or
 // deletes it, with a warning for the group, when the admitter refuses it.
-func (r *Reconciler) joinOrDelete(ctx context.Context, key workload.Key, ref *sluicev1.WorkloadRef, pods []*corev1.Pod,
+func (r *Reconciler) joinOrDelete(ctx context.Context, key workload.Key, ref *sluicev1.WorkloadRef,
 	pod *corev1.Pod, role, hash string) (joined bool, err error) {
 	refused, err := r.join(ctx, key, ref, pod, role, hash)
 	if err != nil || refused == "" {
@@ -460,7 +450,7 @@ func (r *Reconciler) joinOrDelete(ctx context.Context, key workload.Key, ref *sl
 	if _, err := r.deleteGroupPods(ctx, key, []*corev1.Pod{pod}); err != nil {
 		return false, err
 	}
-	r.warn(firstByName(pods), ReasonJoinRefused, actionUngate, "group %s: deleted pod %s: it cannot join pod set %s: %s",
+	r.warn(firstByName(append(r.roster.Pods(key), pod)), ReasonJoinRefused, actionUngate, "group %s: deleted pod %s: it cannot join pod set %s: %s",
 		key.Name, pod.Name, role, refused)
 	return false, nil
 }
@@ -504,21 +494,15 @@ func (r *Reconciler) join(ctx context.Context, key workload.Key, ref *sluicev1.W
 	return "", nil
 }
 
-// observeGroup reads an admitted group whole: its pods, what they say
-// against the admitted pod set counts, and the reference its reports use.
-func (r *Reconciler) observeGroup(ctx context.Context, key workload.Key, entry decisionEntry) ([]*corev1.Pod, *group.State, *sluicev1.WorkloadRef, error) {
-	pods, err := r.groupPods(ctx, key)
+// observeGroup reads an admitted group whole: what its pods say against
+// the admitted pod set counts, and the reference its reports use.
+func (r *Reconciler) observeGroup(key workload.Key, entry decisionEntry) (*group.State, *sluicev1.WorkloadRef, error) {
+	state, err := r.observe(key, entry.decision)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
-	uid := entry.decision.GetWorkload().GetUid()
-	run := group.Run{UID: uid, Reservation: entry.decision.GetReservationId()}
-	state, err := group.Observe(run, entry.decision.GetPodSetCounts(), group.RolesOf(pods), pods)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	ref := &sluicev1.WorkloadRef{Namespace: key.Namespace, Name: key.Name, Uid: uid}
-	return pods, state, ref, nil
+	ref := &sluicev1.WorkloadRef{Namespace: key.Namespace, Name: key.Name, Uid: entry.decision.GetWorkload().GetUid()}
+	return state, ref, nil
 }
 
 // groupProgress accounts for a pod of the group that ended (or will never
@@ -540,7 +524,7 @@ func (r *Reconciler) groupProgress(ctx context.Context, pod *corev1.Pod, key wor
 		r.wakeGated(key)
 		return reconcile.Result{}, nil
 	}
-	pods, state, ref, err := r.observeGroup(ctx, key, entry)
+	state, ref, err := r.observeGroup(key, entry)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -551,7 +535,7 @@ func (r *Reconciler) groupProgress(ctx context.Context, pod *corev1.Pod, key wor
 		}
 		if first {
 			// Every pod of the group may go now, not only this one.
-			for _, p := range pods {
+			for _, p := range r.roster.Pods(key) {
 				if p.UID != pod.UID && podpatch.HasFinalizer(p) {
 					r.wake <- event.TypedGenericEvent[*corev1.Pod]{Object: p}
 				}

@@ -93,13 +93,8 @@ func (r *Reconciler) checkStopped(ctx context.Context, key workload.Key) error {
 		return nil // the ungate's end wakes this check again
 	}
 	d := entry.decision
-	var pods corev1.PodList
-	if err := r.opts.Client.List(ctx, &pods, client.InNamespace(key.Namespace), client.MatchingFields{WorkloadIndex: key.String()}); err != nil {
-		return fmt.Errorf("list pods of workload %s: %w", key, err)
-	}
 	var gated []*corev1.Pod
-	for i := range pods.Items {
-		pod := &pods.Items[i]
+	for _, pod := range r.roster.Pods(key) {
 		if !stoppedFor(pod, d) || (podpatch.HasGate(pod) && r.alreadyUngated(pod)) {
 			return nil // its own reconcile wakes this check again
 		}

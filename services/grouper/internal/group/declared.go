@@ -30,10 +30,16 @@ type Roles struct {
 // RolesOf returns how pods of a group map to pod sets: by their role label
 // in a declared group, by role hash in a group created beforehand.
 func RolesOf(pods []*corev1.Pod) Roles {
-	if slices.ContainsFunc(pods, podgroup.Declared) {
+	return rolesFor(slices.ContainsFunc(pods, podgroup.Declared), slices.ContainsFunc(pods, podgroup.GangSized))
+}
+
+// rolesFor returns the Roles of a group with a declared pod, or with a
+// pod sized by its PodGroup's gang.
+func rolesFor(declared, gangSized bool) Roles {
+	if declared {
 		return Roles{Of: workload.DeclaredRole, Declared: true}
 	}
-	return Roles{Of: workload.RoleHash, WaitExtra: slices.ContainsFunc(pods, podgroup.GangSized)}
+	return Roles{Of: workload.RoleHash, WaitExtra: gangSized}
 }
 
 // declaring returns the active pods that carry the group's declaration.

@@ -42,7 +42,7 @@ type MismatchError struct {
 func (e *MismatchError) Error() string {
 	var parts []string
 	for _, v := range slices.Sorted(maps.Keys(e.Pods)) {
-		parts = append(parts, fmt.Sprintf("%q (%s)", v, strings.Join(e.Pods[v], ", ")))
+		parts = append(parts, fmt.Sprintf("%q (%s)", v, NameList(e.Pods[v])))
 	}
 	return fmt.Sprintf("the pods of group %s disagree on %s: %s; every pod of a group must carry the same value",
 		e.Group, e.Key, strings.Join(parts, ", "))
@@ -59,6 +59,19 @@ func (e *TooManyRolesError) Error() string {
 	return fmt.Sprintf("group %s has %d roles (distinct role hashes), more than the %d pod sets a workload can have; "+
 		"pods of one role must differ only in what the role hash leaves out (names, images, env, commands, volumes)",
 		e.Group, e.Roles, MaxRoles)
+}
+
+// namesShown is the most pod names a message lists: an event's note is
+// refused beyond 1,024 characters, and a group may have thousands of pods.
+const namesShown = 10
+
+// NameList lists names, separated by commas, cut after the first few with
+// how many more there are.
+func NameList(names []string) string {
+	if len(names) <= namesShown {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:namesShown], ", "), len(names)-namesShown)
 }
 
 // Assembly is what a group's pods say before admission.
@@ -248,6 +261,11 @@ type State struct {
 	Finished bool
 	Success  bool
 	Message  string
+	// CutByOrder is set when a role had more active pods than its count:
+	// which of them were cut (Excess, Waiting) depended on their order,
+	// which an ungate changes (see Ordered). Otherwise the State depends
+	// on the pods' claims only through which pods take part in the run.
+	CutByOrder bool
 }
 
 // Run is one admission of a group: the uid of its Workload and the id of
@@ -264,16 +282,7 @@ type Run struct {
 // and it is counted (as excess, if its role is full). An ungated pod does
 // unless it was admitted under another reservation or, if ungated before
 // reservations were recorded on pods, in another Workload.
-func (run Run) Owns(pod *corev1.Pod) bool {
-	if podpatch.HasGate(pod) {
-		return true
-	}
-	if other := pod.Annotations[podkeys.ReservationAnnotation]; other != "" && run.Reservation != "" {
-		return other == run.Reservation
-	}
-	other := pod.Annotations[podkeys.WorkloadUIDAnnotation]
-	return other == "" || run.UID == "" || other == run.UID
-}
+func (run Run) Owns(pod *corev1.Pod) bool { return run.OwnsClaim(ClaimOf(pod)) }
 
 // Observe reads an admitted group: its run, its pod sets (pod set name →
 // count), how its pods map to them, and all the pods carrying its name.
@@ -337,8 +346,10 @@ func Observe(run Run, podSets map[string]int32, how Roles, pods []*corev1.Pod) (
 			st.Missing[hash] = count
 			continue
 		}
-		active := Ordered(r.active)
+		active := r.active
 		if n := int32(len(active)); n > count {
+			st.CutByOrder = true
+			Ordered(active)
 			excess := slices.Clone(active[count:])
 			slices.Reverse(excess)
 			if how.WaitExtra {
@@ -355,7 +366,9 @@ func Observe(run Run, podSets map[string]int32, how Roles, pods []*corev1.Pod) (
 			continue
 		}
 		// Each failed pod holds a place until a newer pod takes it.
-		slices.SortStableFunc(r.failed, func(a, b *corev1.Pod) int { return FailedAt(a).Compare(FailedAt(b)) })
+		if len(r.failed) > 1 {
+			slices.SortStableFunc(r.failed, func(a, b *corev1.Pod) int { return FailedAt(a).Compare(FailedAt(b)) })
+		}
 		free := int32(len(active)) + int32(len(r.failed)) - count
 		replaced := min(max(free, 0), int32(len(r.failed)))
 		st.Replaced = append(st.Replaced, r.failed[:replaced]...)

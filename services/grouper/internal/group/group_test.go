@@ -351,3 +351,24 @@ func TestObserveAdmittedGroup(t *testing.T) {
 		})
 	}
 }
+
+func TestNameList(t *testing.T) {
+	var many []string
+	for i := range 12 {
+		many = append(many, fmt.Sprintf("p%d", i))
+	}
+	tests := []struct {
+		names []string
+		want  string
+	}{
+		{nil, ""},
+		{[]string{"a", "b"}, "a, b"},
+		{many[:10], "p0, p1, p2, p3, p4, p5, p6, p7, p8, p9"},
+		{many, "p0, p1, p2, p3, p4, p5, p6, p7, p8, p9 and 2 more"},
+	}
+	for _, tt := range tests {
+		if got := NameList(tt.names); got != tt.want {
+			t.Errorf("NameList(%v) = %q, want %q", tt.names, got, tt.want)
+		}
+	}
+}

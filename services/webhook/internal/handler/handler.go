@@ -49,9 +49,12 @@ const traceparentKey = "traceparent"
 type Lookup interface {
 	NamespaceManaged(ctx context.Context, namespace string) (bool, error)
 	DefaultQueueExists(ctx context.Context, namespace string) (bool, error)
-	// GroupPods returns the pods of a group that name a role (a declared
-	// group's), as far as the webhook has seen them.
-	GroupPods(ctx context.Context, namespace, group string) ([]*corev1.Pod, error)
+	// DeclaredGroup tells what the webhook has seen of a declared group,
+	// for judging a new pod of role in it (see validate.Worker).
+	DeclaredGroup(ctx context.Context, namespace, group, role string) (validate.Group, error)
+	// GroupRuns reports whether a pod of a group runs (see mutate.Runs),
+	// as far as the webhook has seen.
+	GroupRuns(ctx context.Context, namespace, group string) (bool, error)
 }
 
 func newDecoder() (admission.Decoder, error) {
@@ -200,21 +203,22 @@ func (h *Mutator) handle(ctx context.Context, req admission.Request, mayDefault 
 }
 
 // gangLink returns the patch linking pod to its group's PodGroup (see
-// mutate.SchedulingGroup) — unless its group already runs: a pod created
-// then replaces one that failed, and kube-scheduler, which counts only the
-// gang's pods that are not finished, would hold it for a gang that never
-// completes again. It binds alone, as a replacement does without a gang.
+// mutate.SchedulingGroup) — unless its group already runs (one of its pods
+// Runs): a pod created then replaces one that failed, and kube-scheduler,
+// which counts only the gang's pods that are not finished, would hold it
+// for a gang that never completes again. It binds alone, as a replacement
+// does without a gang.
 func (h *Mutator) gangLink(ctx context.Context, pod *corev1.Pod) ([]jsonpatch.JsonPatchOperation, error) {
 	link := mutate.SchedulingGroup(pod)
 	if len(link) == 0 {
 		return nil, nil
 	}
 	group := pod.Labels[podkeys.PodGroupNameLabel]
-	pods, err := h.lookup.GroupPods(ctx, pod.Namespace, group)
+	runs, err := h.lookup.GroupRuns(ctx, pod.Namespace, group)
 	if err != nil {
-		return nil, fmt.Errorf("look up the pods of group %s: %w", group, err)
+		return nil, fmt.Errorf("look up whether group %s runs: %w", group, err)
 	}
-	if mutate.GroupRuns(pods) {
+	if runs {
 		logf.FromContext(ctx).V(2).Info("group runs already: no gang for the new pod", "namespace", pod.Namespace, "group", group)
 		return nil, nil
 	}
@@ -384,14 +388,15 @@ func validateCreate(ctx context.Context, l Lookup, pod *corev1.Pod, traceStamped
 		return errs, nil
 	}
 	group, inGroup := pod.Labels[podkeys.PodGroupNameLabel]
-	if _, hasRole := pod.Labels[podkeys.PodGroupRoleLabel]; !inGroup || !hasRole {
+	role, hasRole := pod.Labels[podkeys.PodGroupRoleLabel]
+	if !inGroup || !hasRole {
 		return nil, nil
 	}
-	pods, err := l.GroupPods(ctx, pod.Namespace, group)
+	seen, err := l.DeclaredGroup(ctx, pod.Namespace, group, role)
 	if err != nil {
-		return nil, fmt.Errorf("look up the pods of group %s: %w", group, err)
+		return nil, fmt.Errorf("look up group %s: %w", group, err)
 	}
-	return validate.Worker(pod, pods), nil
+	return validate.Worker(pod, seen), nil
 }
 
 // managedPod decodes the request's pod when its namespace is managed by

@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	jsonpatchapply "github.com/evanphx/json-patch/v5"
+	"github.com/sluice-dev/sluice/pkg/podgroup"
 	"github.com/sluice-dev/sluice/pkg/podkeys"
 	"github.com/sluice-dev/sluice/pkg/rolehash"
 	"github.com/sluice-dev/sluice/services/webhook/internal/metrics"
@@ -41,7 +42,8 @@ import (
 type stubLookup struct {
 	unmanaged     map[string]bool
 	defaultQueues map[string]bool
-	groupPods     []*corev1.Pod
+	declared      validate.Group // what DeclaredGroup tells of every group
+	runs          bool           // what GroupRuns tells of every group
 	err           error
 }
 
@@ -49,8 +51,12 @@ func (s stubLookup) NamespaceManaged(_ context.Context, ns string) (bool, error)
 	return !s.unmanaged[ns], s.err
 }
 
-func (s stubLookup) GroupPods(context.Context, string, string) ([]*corev1.Pod, error) {
-	return s.groupPods, s.err
+func (s stubLookup) DeclaredGroup(context.Context, string, string, string) (validate.Group, error) {
+	return s.declared, s.err
+}
+
+func (s stubLookup) GroupRuns(context.Context, string, string) (bool, error) {
+	return s.runs, s.err
 }
 
 func (s stubLookup) DefaultQueueExists(_ context.Context, ns string) (bool, error) {
@@ -521,6 +527,62 @@ func TestMutatorValidatesCreate(t *testing.T) {
 	}
 }
 
+// TestDeclaredWorker: a worker of a declared group is judged from what the
+// lookup has seen of its group; only a refusal asks for the names of the
+// pods already in its role.
+func TestDeclaredWorker(t *testing.T) {
+	declared := []podgroup.Set{{Name: "driver", Count: 1}, {Name: "worker", Count: 2, Template: &corev1.PodTemplateSpec{}}}
+	names := func(names ...string) func() []string { return func() []string { return names } }
+	const full = `Pod "p" is invalid: metadata.labels[kueue.x-k8s.io/pod-group-role]: Forbidden: ` +
+		`group spark declares 2 pods of role worker and has 2 already (w0, w1)`
+	tests := []struct {
+		name    string
+		role    string
+		group   validate.Group
+		err     error
+		want    string // message of the refusal; empty: admitted
+		wantErr bool
+	}{
+		{name: "room in its role", role: "worker", group: validate.Group{Sets: declared, InRole: 1}},
+		{name: "role full", role: "worker", group: validate.Group{Sets: declared, InRole: 2, NamesInRole: names("w1", "w0")}, want: full},
+		{name: "a pod left the full role meanwhile", role: "worker", group: validate.Group{Sets: declared, InRole: 2, NamesInRole: names("w0")}},
+		{name: "role not declared", role: "executor", group: validate.Group{Sets: declared},
+			want: `Pod "p" is invalid: metadata.labels[kueue.x-k8s.io/pod-group-role]: Unsupported value: "executor": supported values: "driver", "worker"`},
+		{name: "declaration not seen yet", role: "executor", group: validate.Group{InRole: 5}},
+		{name: "lookup fails", role: "worker", err: errors.New("boom"), wantErr: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.group.NamesInRole == nil {
+				tc.group.NamesInRole = func() []string {
+					t.Error("the names of the role's pods were asked for to admit a worker")
+					return nil
+				}
+			}
+			h, err := NewMutator(stubLookup{declared: tc.group, err: tc.err}, mustMetrics(t), noop.NewTracerProvider().Tracer("t"), propagation.TraceContext{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pod := testPod("team", map[string]string{podkeys.QueueNameLabel: "q", podkeys.PodGroupNameLabel: "spark", podkeys.PodGroupRoleLabel: tc.role}, nil)
+			resp := h.Handle(context.Background(), request(t, admissionv1.Create, pod, nil))
+			switch {
+			case tc.wantErr:
+				if resp.Allowed || resp.Result == nil || resp.Result.Code != http.StatusInternalServerError {
+					t.Fatalf("response = %+v, want an error", resp.AdmissionResponse)
+				}
+			case tc.want == "":
+				if !resp.Allowed {
+					t.Fatalf("refused: %+v", resp.Result)
+				}
+			default:
+				if resp.Allowed || resp.Result == nil || resp.Result.Message != tc.want {
+					t.Fatalf("response = %+v, want a refusal %q", resp.AdmissionResponse, tc.want)
+				}
+			}
+		})
+	}
+}
+
 // A reinvocation (another mutating webhook changed the pod after sluice's)
 // validates the final pod again and restores only the marks that are
 // missing: nothing is added twice, the trace context stays as the first
@@ -813,12 +875,6 @@ func applyRawPatch(t *testing.T, pod *corev1.Pod, raw []byte) *corev1.Pod {
 // total count is linked to its group's PodGroup once, reinvocations add no
 // second operation, and nothing else is linked; with the flag off nothing
 // is.
-// gatedPod holds p behind sluice's gate.
-func gatedPod(p *corev1.Pod) *corev1.Pod {
-	p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: podkeys.AdmissionGate}}
-	return p
-}
-
 func TestMutatorGangScheduling(t *testing.T) {
 	groupLabels := map[string]string{podkeys.QueueNameLabel: "q", podkeys.PodGroupNameLabel: "train"}
 	counted := map[string]string{podkeys.PodGroupTotalCountAnnotation: "2"}
@@ -828,21 +884,19 @@ func TestMutatorGangScheduling(t *testing.T) {
 		labels      map[string]string
 		annotations map[string]string
 		other       string // a PodGroup the pod names at creation
-		group       []*corev1.Pod
+		runs        bool   // the group runs already
 		want        string // podGroupName after admission; empty: none
 	}{
 		{name: "on: group with a total count", on: true, labels: groupLabels, annotations: counted, want: "train"},
 		{name: "off: group with a total count", labels: groupLabels, annotations: counted},
 		{name: "on: single pod", on: true, labels: map[string]string{podkeys.QueueNameLabel: "q"}},
 		{name: "on: group whose pods name another PodGroup", on: true, labels: groupLabels, annotations: counted, other: "mine", want: "mine"},
-		{name: "on: a replacement in a group that runs binds alone", on: true, labels: groupLabels, annotations: counted,
-			group: []*corev1.Pod{testPod("team", groupLabels, counted)}},
-		{name: "on: a group whose earlier pods are all gated", on: true, labels: groupLabels, annotations: counted,
-			group: []*corev1.Pod{gatedPod(testPod("team", groupLabels, counted))}, want: "train"},
+		{name: "on: a replacement in a group that runs binds alone", on: true, labels: groupLabels, annotations: counted, runs: true},
+		{name: "off: a replacement in a group that runs", labels: groupLabels, annotations: counted, runs: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			h, err := NewMutator(stubLookup{groupPods: tc.group}, mustMetrics(t), noop.NewTracerProvider().Tracer("t"), propagation.TraceContext{},
+			h, err := NewMutator(stubLookup{runs: tc.runs}, mustMetrics(t), noop.NewTracerProvider().Tracer("t"), propagation.TraceContext{},
 				WithGangScheduling(tc.on))
 			if err != nil {
 				t.Fatal(err)

@@ -1,10 +1,10 @@
 // Package lookup answers the webhook's questions about a pod's
 // surroundings — is its namespace managed, does its namespace have a default
-// LocalQueue, which pods does its declared group have already, is Kueue
-// installed — from
-// informer caches (of object metadata, and of the few fields of pods in
-// declared groups that matter), so the webhook keeps no state of its own
-// and sends no request to the API server per pod.
+// LocalQueue, what has its group already (its declaration, the pods of
+// each role, whether it runs), is Kueue installed — from informer caches
+// (of object metadata, and of the few fields of pods in groups that
+// matter, summed up per group), so the webhook sends no request to the
+// API server per pod and reads no group pod by pod.
 package lookup
 
 import (
@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-dev/sluice/pkg/podkeys"
+	"github.com/sluice-dev/sluice/services/webhook/internal/validate"
 )
 
 // LocalQueueGVK is the kind of sluice's namespaced queues.
@@ -42,9 +43,6 @@ var crdGVK = schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1
 
 // KueueWorkloadCRD is the CRD whose presence tells that Kueue is installed.
 const KueueWorkloadCRD = "workloads.kueue.x-k8s.io"
-
-// groupIndex indexes cached pods by "<namespace>/<group name>".
-const groupIndex = "sluice.group"
 
 // ErrNotSynced is returned while the caches are still filling.
 var ErrNotSynced = errors.New("webhook caches are not synced yet")
@@ -80,14 +78,16 @@ type Options struct {
 }
 
 // Cache holds the metadata of namespaces and of default LocalQueues, and
-// the pods that name a role in a group (KEP-976 Story 3's declared
-// groups).
+// a summary of each group of the pods that name a role in a group
+// (KEP-976 Story 3's declared groups) or, with Options.AllGroupPods, of
+// every pod that names a group.
 type Cache struct {
 	cfg  *rest.Config
 	opts Options
-	// reader is set once the caches have synced; nil before.
+	// reader is set once the caches, and groups, have synced; nil before.
 	reader atomic.Pointer[cache.Cache]
 	synced chan struct{}
+	groups *groups
 
 	// kueueMu guards kueue and kueueSynced: OnKueueChange is called in
 	// the order of the changes.
@@ -104,7 +104,7 @@ func New(cfg *rest.Config, opts Options) *Cache {
 	if opts.Namespaces == nil {
 		opts.Namespaces = labels.Everything()
 	}
-	return &Cache{cfg: cfg, opts: opts, synced: make(chan struct{})}
+	return &Cache{cfg: cfg, opts: opts, synced: make(chan struct{}), groups: newGroups(opts.Log)}
 }
 
 func metadataOf(gvk schema.GroupVersionKind) *metav1.PartialObjectMetadata {
@@ -118,10 +118,13 @@ func metadataOf(gvk schema.GroupVersionKind) *metav1.PartialObjectMetadata {
 // start before the CRDs are installed. Synced is closed once both caches
 // have their initial contents.
 func (c *Cache) Run(ctx context.Context) error {
-	var informers cache.Cache
+	var (
+		informers cache.Cache
+		handled   []toolscache.InformerSynced
+	)
 	for {
 		var err error
-		informers, err = c.build(ctx)
+		informers, handled, err = c.build(ctx)
 		if err == nil {
 			break
 		}
@@ -138,8 +141,11 @@ func (c *Cache) Run(ctx context.Context) error {
 
 	errs := make(chan error, 1)
 	go func() { errs <- informers.Start(ctx) }()
-	if !informers.WaitForCacheSync(ctx) {
-		// WaitForCacheSync gives up only when ctx is done.
+	// The informers' stores fill before their event handlers have seen
+	// every object: the summaries and Kueue's state are only right once
+	// the handlers have too.
+	if !informers.WaitForCacheSync(ctx) || !toolscache.WaitForCacheSync(ctx.Done(), handled...) {
+		// Both give up only when ctx is done.
 		return <-errs
 	}
 	c.reader.Store(&informers)
@@ -160,7 +166,9 @@ func (c *Cache) Run(ctx context.Context) error {
 
 // build creates the cache and registers its informers: namespaces,
 // default LocalQueues, pods of groups and, with WatchKueue, Kueue's CRD.
-func (c *Cache) build(ctx context.Context) (cache.Cache, error) {
+// It returns, with the cache, whether its event handlers have seen the
+// informers' initial contents.
+func (c *Cache) build(ctx context.Context) (cache.Cache, []toolscache.InformerSynced, error) {
 	queue := metadataOf(LocalQueueGVK)
 	cached := podkeys.PodGroupRoleLabel
 	if c.opts.AllGroupPods {
@@ -168,7 +176,7 @@ func (c *Cache) build(ctx context.Context) (cache.Cache, error) {
 	}
 	inGroup, err := labels.NewRequirement(cached, selection.Exists, nil)
 	if err != nil {
-		return nil, fmt.Errorf("select pods with label %s: %w", cached, err)
+		return nil, nil, fmt.Errorf("select pods with label %s: %w", cached, err)
 	}
 	byObject := map[client.Object]cache.ByObject{
 		// Only the default queues matter: keep nothing else in memory.
@@ -188,29 +196,37 @@ func (c *Cache) build(ctx context.Context) (cache.Cache, error) {
 		ReaderFailOnMissingInformer: true,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("create webhook caches: %w", err)
+		return nil, nil, fmt.Errorf("create webhook caches: %w", err)
 	}
-	if err := informers.IndexField(ctx, &corev1.Pod{}, groupIndex, groupOf); err != nil {
-		return nil, fmt.Errorf("index pods by group: %w", err)
-	}
-	for _, obj := range []client.Object{metadataOf(namespaceGVK), queue, &corev1.Pod{}} {
+	for _, obj := range []client.Object{metadataOf(namespaceGVK), queue} {
 		if _, err := informers.GetInformer(ctx, obj); err != nil {
-			return nil, fmt.Errorf("watch %T %s: %w", obj, obj.GetObjectKind().GroupVersionKind().Kind, err)
+			return nil, nil, fmt.Errorf("watch %T %s: %w", obj, obj.GetObjectKind().GroupVersionKind().Kind, err)
 		}
 	}
+	pods, err := informers.GetInformer(ctx, &corev1.Pod{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("watch pods of groups: %w", err)
+	}
+	summed, err := pods.AddEventHandler(c.groups.handler())
+	if err != nil {
+		return nil, nil, fmt.Errorf("sum up pods of groups: %w", err)
+	}
+	handled := []toolscache.InformerSynced{summed.HasSynced}
 	if c.opts.WatchKueue {
 		inf, err := informers.GetInformer(ctx, kueueCRD)
 		if err != nil {
-			return nil, fmt.Errorf("watch CustomResourceDefinition %s: %w", KueueWorkloadCRD, err)
+			return nil, nil, fmt.Errorf("watch CustomResourceDefinition %s: %w", KueueWorkloadCRD, err)
 		}
-		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 			AddFunc:    func(any) { c.setKueue(true) },
 			DeleteFunc: func(any) { c.setKueue(false) },
-		}); err != nil {
-			return nil, fmt.Errorf("handle CustomResourceDefinition %s: %w", KueueWorkloadCRD, err)
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("handle CustomResourceDefinition %s: %w", KueueWorkloadCRD, err)
 		}
+		handled = append(handled, reg.HasSynced)
 	}
-	return informers, nil
+	return informers, handled, nil
 }
 
 // setKueue records whether the Kueue Workload CRD exists, telling OnKueue
@@ -262,14 +278,6 @@ func (c *Cache) reportDefaultQueuesWithoutOptIn(ctx context.Context, r cache.Cac
 			"its pods without a queue label are not queued; label the namespace to queue them on it",
 			"namespace", q.Namespace, "label", c.opts.DefaultingLabel+"="+c.opts.DefaultingValue)
 	}
-}
-
-// groupOf indexes a pod under its group.
-func groupOf(obj client.Object) []string {
-	if name := obj.GetLabels()[podkeys.PodGroupNameLabel]; name != "" {
-		return []string{obj.GetNamespace() + "/" + name}
-	}
-	return nil
 }
 
 // trimPod keeps of a pod what judging a new pod of its group needs: its
@@ -344,24 +352,22 @@ func (c *Cache) DefaultQueueExists(ctx context.Context, namespace string) (bool,
 	return c.get(ctx, types.NamespacedName{Namespace: namespace, Name: c.opts.DefaultQueue}, metadataOf(LocalQueueGVK))
 }
 
-// GroupPods returns the pods of group name in namespace that name a role
-// (the pod that declares a KEP-976 Story 3 group and its workers) — or,
-// with Options.AllGroupPods, every pod of the group — as far as the cache
-// has seen them. They are the cache's objects: read, never
-// change them.
-func (c *Cache) GroupPods(ctx context.Context, namespace, name string) ([]*corev1.Pod, error) {
-	r := c.reader.Load()
-	if r == nil {
-		return nil, ErrNotSynced
+// DeclaredGroup tells what the cache has seen of group in namespace, for
+// judging a new pod of role in it (see validate.Worker): the group's
+// declaration and how many pods of role take a place in it.
+func (c *Cache) DeclaredGroup(_ context.Context, namespace, group, role string) (validate.Group, error) {
+	if c.reader.Load() == nil {
+		return validate.Group{}, ErrNotSynced
 	}
-	var list corev1.PodList
-	if err := (*r).List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{groupIndex: namespace + "/" + name},
-		client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("list pods of group %s/%s from cache: %w", namespace, name, err)
+	return c.groups.declared(types.NamespacedName{Namespace: namespace, Name: group}, role), nil
+}
+
+// GroupRuns reports whether a pod of group in namespace runs (see
+// mutate.Runs), as far as the cache has seen; it sees every pod of the
+// group only with Options.AllGroupPods.
+func (c *Cache) GroupRuns(_ context.Context, namespace, group string) (bool, error) {
+	if c.reader.Load() == nil {
+		return false, ErrNotSynced
 	}
-	pods := make([]*corev1.Pod, len(list.Items))
-	for i := range list.Items {
-		pods[i] = &list.Items[i]
-	}
-	return pods, nil
+	return c.groups.runs(types.NamespacedName{Namespace: namespace, Name: group}), nil
 }

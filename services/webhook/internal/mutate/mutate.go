@@ -202,15 +202,12 @@ func SchedulingGroup(pod *corev1.Pod) []jsonpatch.JsonPatchOperation {
 	return []jsonpatch.JsonPatchOperation{jsonpatch.NewOperation("add", schedulingGroupPath, link)}
 }
 
-// GroupRuns reports whether a group, by the pods of it already there, has
-// been admitted and runs: one of its pods is past sluice's gate and not
-// being deleted, and is not a pod of an earlier run that ended and that
-// sluice let go of. A pod created for such a group replaces one of its
-// pods.
-func GroupRuns(pods []*corev1.Pod) bool {
-	return slices.ContainsFunc(pods, func(p *corev1.Pod) bool {
-		return !gated(p) && p.DeletionTimestamp == nil && !podgroup.Released(p)
-	})
+// Runs reports whether pod shows its group admitted and running: it is
+// past sluice's gate and not being deleted, and is not a pod of an
+// earlier run that ended and that sluice let go of. A pod created for a
+// group with such a pod replaces one of its pods.
+func Runs(pod *corev1.Pod) bool {
+	return !gated(pod) && pod.DeletionTimestamp == nil && !podgroup.Released(pod)
 }
 
 // setInMap sets entries in the string map at path: it replaces the value of

@@ -508,7 +508,8 @@ func TestSchedulingGroup(t *testing.T) {
 	}
 }
 
-func TestGroupRuns(t *testing.T) {
+// TestRuns: a group runs when one of its pods Runs.
+func TestRuns(t *testing.T) {
 	gated := func(p *corev1.Pod) {
 		p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: podkeys.AdmissionGate}}
 	}
@@ -538,8 +539,8 @@ func TestGroupRuns(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := GroupRuns(tt.pods); got != tt.want {
-				t.Errorf("GroupRuns = %v, want %v", got, tt.want)
+			if got := slices.ContainsFunc(tt.pods, Runs); got != tt.want {
+				t.Errorf("a pod Runs = %v, want %v", got, tt.want)
 			}
 		})
 	}

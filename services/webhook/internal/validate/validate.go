@@ -250,26 +250,30 @@ func count(path *field.Path, value string) field.ErrorList {
 	return nil
 }
 
+// Group is what the webhook has seen of a declared group when a new
+// worker of one role joins it.
+type Group struct {
+	// Sets is the group's declaration; nil while no pod declaring the
+	// group is known. Its templates are shared: read, never change them.
+	Sets []podgroup.Set
+	// InRole is how many pods of the worker's role take a place in the
+	// group (see Counts).
+	InRole int
+	// NamesInRole names those pods. Worker calls it only to refuse the
+	// worker, so that admitting one costs nothing per pod of the group.
+	NamesInRole func() []string
+}
+
 // Worker returns what is wrong with a new worker of a declared group, as
-// far as the pods of its group already there (group: those the webhook's
-// cache holds) tell: its role must be declared and not have all its pods.
-// Before the pod declaring the group is known nothing can be told; the
-// grouper deletes, with an event, workers that turn out to be too many.
-func Worker(pod *corev1.Pod, group []*corev1.Pod) field.ErrorList {
+// far as what the webhook has seen of its group tells: its role must be
+// declared and not have all its pods. Before the pod declaring the group
+// is known nothing can be told; the grouper deletes, with an event,
+// workers that turn out to be too many.
+func Worker(pod *corev1.Pod, group Group) field.ErrorList {
 	if _, declares := pod.Annotations[podkeys.PodGroupSetsAnnotation]; declares || !podgroup.Declared(pod) {
 		return nil
 	}
-	var sets []podgroup.Set
-	for _, p := range group {
-		text, ok := p.Annotations[podkeys.PodGroupSetsAnnotation]
-		if !ok || !counts(p) {
-			continue
-		}
-		if parsed, errs := podgroup.ParseSets(text); len(errs) == 0 {
-			sets = parsed
-			break
-		}
-	}
+	sets := group.Sets
 	if sets == nil {
 		return nil
 	}
@@ -278,13 +282,13 @@ func Worker(pod *corev1.Pod, group []*corev1.Pod) field.ErrorList {
 	if i < 0 {
 		return field.ErrorList{field.NotSupported(rolePath, role, podgroup.SetNames(sets))}
 	}
-	var there []string
-	for _, p := range group {
-		if p.Labels[podkeys.PodGroupRoleLabel] == role && counts(p) {
-			there = append(there, p.Name)
-		}
+	if int64(group.InRole) < int64(sets[i].Count) {
+		return nil
 	}
-	if n := int32(len(there)); n >= sets[i].Count {
+	// The names are read after the count: judge by them, so that the
+	// message agrees with itself should a pod have gone in between.
+	there := group.NamesInRole()
+	if n := len(there); int64(n) >= int64(sets[i].Count) {
 		slices.Sort(there)
 		return field.ErrorList{field.Forbidden(rolePath, fmt.Sprintf(DetailRoleFull,
 			pod.Labels[podkeys.PodGroupNameLabel], sets[i].Count, role, n, strings.Join(there, ", ")))}
@@ -292,10 +296,10 @@ func Worker(pod *corev1.Pod, group []*corev1.Pod) field.ErrorList {
 	return nil
 }
 
-// counts reports whether a pod of a group takes a place in it: it has not
+// Counts reports whether a pod of a group takes a place in it: it has not
 // failed, is not being deleted before it ran, and is not a pod of an
 // earlier run that ended and that sluice let go of.
-func counts(pod *corev1.Pod) bool { return podgroup.Active(pod) && !podgroup.Released(pod) }
+func Counts(pod *corev1.Pod) bool { return podgroup.Active(pod) && !podgroup.Released(pod) }
 
 // declaration checks a pod-group-sets annotation and that the pod
 // carrying it has a role of its own in it.

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/sluice-dev/sluice/pkg/podgroup"
 	"github.com/sluice-dev/sluice/pkg/podkeys"
 )
 
@@ -403,42 +404,85 @@ func TestReason(t *testing.T) {
 }
 
 func TestWorker(t *testing.T) {
-	member := func(name, role string, mutate ...func(*corev1.Pod)) *corev1.Pod {
+	worker := func(name, role string) *corev1.Pod {
 		p := pod(map[string]string{podkeys.PodGroupNameLabel: "spark", podkeys.PodGroupRoleLabel: role}, nil)
 		p.Name = name
-		if role == "driver" {
-			p.Annotations = map[string]string{podkeys.PodGroupSetsAnnotation: driverSets}
-		}
-		p.Finalizers = []string{podkeys.ManagedFinalizer}
-		for _, m := range mutate {
-			m(p)
-		}
 		return p
 	}
-	phase := func(ph corev1.PodPhase) func(*corev1.Pod) { return func(p *corev1.Pod) { p.Status.Phase = ph } }
-	released := func(p *corev1.Pod) { p.Finalizers = nil }
-	driver := member("driver", "driver")
+	declaringPod := worker("driver-2", "driver")
+	declaringPod.Annotations = map[string]string{podkeys.PodGroupSetsAnnotation: driverSets}
+	declared, errs := podgroup.ParseSets(driverSets)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	names := func(names ...string) func() []string { return func() []string { return names } }
 	tests := []struct {
 		name  string
 		pod   *corev1.Pod
-		group []*corev1.Pod
+		group Group
 		want  []want
 	}{
-		{"room in its role", member("w3", "worker"), []*corev1.Pod{driver, member("w1", "worker"), member("w2", "worker")}, nil},
-		{"role full", member("w4", "worker"), []*corev1.Pod{driver, member("w1", "worker"), member("w2", "worker"), member("w3", "worker")},
+		{"room in its role", worker("w3", "worker"), Group{Sets: declared, InRole: 2}, nil},
+		{"role full", worker("w4", "worker"), Group{Sets: declared, InRole: 3, NamesInRole: names("w3", "w1", "w2")},
 			[]want{{field.ErrorTypeForbidden, roleField, "group spark declares 3 pods of role worker and has 3 already (w1, w2, w3)"}}},
-		{"failed and released pods make room", member("w4", "worker"), []*corev1.Pod{driver, member("w1", "worker", phase(corev1.PodFailed)),
-			member("w2", "worker"), member("w3", "worker", phase(corev1.PodSucceeded), released)}, nil},
-		{"succeeded pods still hold their place", member("w4", "worker"), []*corev1.Pod{driver, member("w1", "worker", phase(corev1.PodSucceeded)),
-			member("w2", "worker"), member("w3", "worker")}, []want{{field.ErrorTypeForbidden, roleField, "has 3 already"}}},
-		{"role not declared", member("x", "executor"), []*corev1.Pod{driver},
+		{"role over full", worker("w5", "worker"), Group{Sets: declared, InRole: 4, NamesInRole: names("w1", "w2", "w3", "w4")},
+			[]want{{field.ErrorTypeForbidden, roleField, "group spark declares 3 pods of role worker and has 4 already (w1, w2, w3, w4)"}}},
+		{"a pod left the full role before its names were read", worker("w4", "worker"), Group{Sets: declared, InRole: 3, NamesInRole: names("w1", "w2")}, nil},
+		{"role not declared", worker("x", "executor"), Group{Sets: declared},
 			[]want{{field.ErrorTypeNotSupported, roleField, `supported values: "driver", "worker"`}}},
-		{"driver not seen yet", member("x", "executor"), []*corev1.Pod{member("w1", "worker")}, nil},
-		{"the declaring pod itself is not judged", member("driver-2", "driver"), []*corev1.Pod{driver}, nil},
+		{"driver not seen yet", worker("x", "executor"), Group{InRole: 7}, nil},
+		{"the declaring pod itself is not judged", declaringPod, Group{Sets: declared, InRole: 1}, nil},
+		{"a pod of a group created beforehand is not judged", func() *corev1.Pod {
+			p := worker("w4", "worker")
+			p.Annotations = map[string]string{podkeys.PodGroupTotalCountAnnotation: "3"}
+			return p
+		}(), Group{Sets: declared, InRole: 3}, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.group.NamesInRole == nil {
+				tc.group.NamesInRole = func() []string {
+					t.Error("NamesInRole called without refusing")
+					return nil
+				}
+			}
 			check(t, Worker(tc.pod, tc.group), tc.want)
+		})
+	}
+}
+
+func TestCounts(t *testing.T) {
+	now := metav1.Now()
+	tests := []struct {
+		name      string
+		phase     corev1.PodPhase
+		finalizer bool
+		deleting  bool
+		node      string
+		want      bool
+	}{
+		{name: "waiting", finalizer: true, want: true},
+		{name: "running", phase: corev1.PodRunning, finalizer: true, node: "n", want: true},
+		{name: "succeeded and still accounted for", phase: corev1.PodSucceeded, finalizer: true, want: true},
+		{name: "failed", phase: corev1.PodFailed, finalizer: true},
+		{name: "succeeded and released", phase: corev1.PodSucceeded},
+		{name: "deleted before it reached a node", finalizer: true, deleting: true},
+		{name: "deleted on its node", phase: corev1.PodRunning, finalizer: true, deleting: true, node: "n", want: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := pod(nil, nil)
+			p.Status.Phase = tc.phase
+			p.Spec.NodeName = tc.node
+			if tc.finalizer {
+				p.Finalizers = []string{podkeys.ManagedFinalizer}
+			}
+			if tc.deleting {
+				p.DeletionTimestamp = &now
+			}
+			if got := Counts(p); got != tc.want {
+				t.Errorf("Counts = %v, want %v", got, tc.want)
+			}
 		})
 	}
 }
