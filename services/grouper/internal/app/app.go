@@ -33,6 +33,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/rpc"
 	"github.com/sluice-dev/sluice/pkg/serve"
 	"github.com/sluice-dev/sluice/services/grouper/internal/controller"
+	"github.com/sluice-dev/sluice/services/grouper/internal/groups"
 	"github.com/sluice-dev/sluice/services/grouper/internal/metrics"
 	"github.com/sluice-dev/sluice/services/grouper/internal/shard"
 	"github.com/sluice-dev/sluice/services/grouper/internal/stream"
@@ -214,8 +215,8 @@ func newManager(cfg *rest.Config, log logr.Logger) (manager.Manager, error) {
 		Logger: log,
 		Cache: cache.Options{
 			ByObject: map[client.Object]cache.ByObject{
-				&corev1.Pod{}:              {Label: managed},
-				controller.GroupWorkload(): {Label: groupWorkloads},
+				&corev1.Pod{}:          {Label: managed},
+				groups.GroupWorkload(): {Label: groupWorkloads},
 			},
 			DefaultTransform: cache.TransformStripManagedFields(),
 		},

@@ -151,41 +151,35 @@ func (r *Roster) Pods(key workload.Key) []*corev1.Pod {
 // they are at, and what f (if not nil) reads of their tally, at once. f
 // must not keep the tally.
 func (r *Roster) Snapshot(key workload.Key, f func(*group.Tally)) ([]*corev1.Pod, Versions) {
+	return r.read(key, true, f)
+}
+
+// Look returns the versions of workload key's pods and what f (if not
+// nil) reads of their tally, at once. f must not keep the tally.
+func (r *Roster) Look(key workload.Key, f func(*group.Tally)) Versions {
+	_, v := r.read(key, false, f)
+	return v
+}
+
+// read is Snapshot, with the pods only when withPods is set.
+func (r *Roster) read(key workload.Key, withPods bool, f func(*group.Tally)) ([]*corev1.Pod, Versions) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	w := r.workloads[key]
 	if w == nil {
-		if f != nil {
-			f(&group.Tally{})
-		}
-		return nil, Versions{}
+		w = &pods{}
 	}
 	if f != nil {
 		f(&w.tally)
+	}
+	if !withPods || len(w.members) == 0 {
+		return nil, w.versions
 	}
 	out := make([]*corev1.Pod, 0, len(w.members))
 	for _, m := range w.members {
 		out = append(out, m.pod)
 	}
 	return out, w.versions
-}
-
-// Look returns the versions of workload key's pods and what f reads of
-// their tally, at once. f must not keep the tally.
-func (r *Roster) Look(key workload.Key, f func(*group.Tally)) Versions {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	w := r.workloads[key]
-	if w == nil {
-		if f != nil {
-			f(&group.Tally{})
-		}
-		return Versions{}
-	}
-	if f != nil {
-		f(&w.tally)
-	}
-	return w.versions
 }
 
 // Len returns the number of pods of workload key.

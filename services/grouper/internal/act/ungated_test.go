@@ -1,4 +1,4 @@
-package controller
+package act
 
 import (
 	"testing"
@@ -71,37 +71,37 @@ func TestGateLossOf(t *testing.T) {
 		name            string
 		pod             *corev1.Pod
 		ungatedBySluice bool
-		want            gateLoss
+		want            GateLoss
 	}{
-		{"a gated pod", gatedPod("p"), false, gateKept},
-		{"a pod sluice ungated, read after a restart", ungatedBySluice(gatedPod("p")), false, gateKept},
-		{"a pod this grouper ungated, the cache still without the mark", ungatedBySomeoneElse(gatedPod("p")), true, gateKept},
-		{"the gate removed alone", ungatedBySomeoneElse(gatedPod("p")), false, gateRemoved},
+		{"a gated pod", gatedPod("p"), false, GateKept},
+		{"a pod sluice ungated, read after a restart", ungatedBySluice(gatedPod("p")), false, GateKept},
+		{"a pod this grouper ungated, the cache still without the mark", ungatedBySomeoneElse(gatedPod("p")), true, GateKept},
+		{"the gate removed alone", ungatedBySomeoneElse(gatedPod("p")), false, GateRemoved},
 		{"the gate removed alone from a pod not scheduled yet",
-			with(ungatedBySomeoneElse(gatedPod("p")), func(p *corev1.Pod) { p.Spec.NodeName, p.Status.Phase = "", corev1.PodPending }), false, gateRemoved},
+			with(ungatedBySomeoneElse(gatedPod("p")), func(p *corev1.Pod) { p.Spec.NodeName, p.Status.Phase = "", corev1.PodPending }), false, GateRemoved},
 		{"the gate removed alone, another controller's gate left",
 			with(gatedPod("p"), func(p *corev1.Pod) {
 				p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/other"}}
-			}), false, gateRemoved},
+			}), false, GateRemoved},
 		{"the gate removed alone, the annotation's sibling written by hand",
 			with(ungatedBySomeoneElse(gatedPod("p")), func(p *corev1.Pod) {
 				p.Annotations[podkeys.WorkloadUIDAnnotation] = "x"
-			}), false, gateRemoved},
-		{"gate and finalizer removed: released", released(gatedPod("p")), false, gateReleased},
+			}), false, GateRemoved},
+		{"gate and finalizer removed: released", released(gatedPod("p")), false, GateReleased},
 		{"released, the finalizer of someone else kept",
-			with(released(gatedPod("p")), func(p *corev1.Pod) { p.Finalizers = []string{"example.com/keep"} }), false, gateReleased},
-		{"only the finalizer removed: still gated", with(gatedPod("p"), func(p *corev1.Pod) { p.Finalizers = nil }), false, gateKept},
-		{"ended", with(ungatedBySomeoneElse(gatedPod("p")), func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }), false, gateKept},
-		{"failed", with(ungatedBySomeoneElse(gatedPod("p")), func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }), false, gateKept},
-		{"being deleted", with(ungatedBySomeoneElse(gatedPod("p")), func(p *corev1.Pod) { p.DeletionTimestamp = &now }), false, gateKept},
-		{"not managed", with(ungatedBySomeoneElse(gatedPod("p")), func(p *corev1.Pod) { delete(p.Labels, podkeys.ManagedLabel) }), false, gateKept},
+			with(released(gatedPod("p")), func(p *corev1.Pod) { p.Finalizers = []string{"example.com/keep"} }), false, GateReleased},
+		{"only the finalizer removed: still gated", with(gatedPod("p"), func(p *corev1.Pod) { p.Finalizers = nil }), false, GateKept},
+		{"ended", with(ungatedBySomeoneElse(gatedPod("p")), func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }), false, GateKept},
+		{"failed", with(ungatedBySomeoneElse(gatedPod("p")), func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }), false, GateKept},
+		{"being deleted", with(ungatedBySomeoneElse(gatedPod("p")), func(p *corev1.Pod) { p.DeletionTimestamp = &now }), false, GateKept},
+		{"not managed", with(ungatedBySomeoneElse(gatedPod("p")), func(p *corev1.Pod) { delete(p.Labels, podkeys.ManagedLabel) }), false, GateKept},
 		{"gated by another system with the same keys (Kueue's pod integration)",
-			with(ungatedBySomeoneElse(gatedPod("p")), func(p *corev1.Pod) { delete(p.Annotations, podkeys.TraceparentAnnotation) }), false, gateKept},
+			with(ungatedBySomeoneElse(gatedPod("p")), func(p *corev1.Pod) { delete(p.Annotations, podkeys.TraceparentAnnotation) }), false, GateKept},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := gateLossOf(tt.pod, tt.ungatedBySluice); got != tt.want {
-				t.Fatalf("gateLossOf = %v, want %v", got, tt.want)
+			if got := GateLossOf(tt.pod, tt.ungatedBySluice); got != tt.want {
+				t.Fatalf("GateLossOf = %v, want %v", got, tt.want)
 			}
 		})
 	}

@@ -1,9 +1,10 @@
-package controller
+package groups
 
 import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,8 +13,14 @@ import (
 	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
 	sluicev1 "github.com/sluice-dev/sluice/gen/sluice/v1"
 	"github.com/sluice-dev/sluice/pkg/podkeys"
+	"github.com/sluice-dev/sluice/services/grouper/internal/roster"
 	"github.com/sluice-dev/sluice/services/grouper/internal/workload"
 )
+
+// newTestPath is a Path with a roster and a clock, nothing else.
+func newTestPath() *Path {
+	return New(Config{Roster: roster.New(), Now: time.Now})
+}
 
 func viewPod(i int, mutate ...func(*corev1.Pod)) *corev1.Pod {
 	pod := &corev1.Pod{
@@ -51,43 +58,43 @@ func TestObserveIsWorkedOutOncePerChange(t *testing.T) {
 	tests := []struct {
 		name string
 		// change is applied after the first observation.
-		change func(*Reconciler)
+		change func(*Path)
 		again  bool
 		// excess is how many pods the first observation cuts.
 		pods   int
 		excess int
 	}{
-		{name: "nothing", change: func(*Reconciler) {}, pods: 3},
-		{name: "an ungate under the admission", change: func(r *Reconciler) { r.roster.Set(viewPod(0, ungatedUnder("r1"))) }, pods: 3},
-		{name: "an ungate under another reservation", change: func(r *Reconciler) { r.roster.Set(viewPod(0, ungatedUnder("r0"))) },
+		{name: "nothing", change: func(*Path) {}, pods: 3},
+		{name: "an ungate under the admission", change: func(p *Path) { p.Roster.Set(viewPod(0, ungatedUnder("r1"))) }, pods: 3},
+		{name: "an ungate under another reservation", change: func(p *Path) { p.Roster.Set(viewPod(0, ungatedUnder("r0"))) },
 			pods: 3, again: true},
-		{name: "an ungate when pods were cut by their order", change: func(r *Reconciler) { r.roster.Set(viewPod(0, ungatedUnder("r1"))) },
+		{name: "an ungate when pods were cut by their order", change: func(p *Path) { p.Roster.Set(viewPod(0, ungatedUnder("r1"))) },
 			pods: 4, excess: 1, again: true},
-		{name: "a pod failing", change: func(r *Reconciler) {
-			r.roster.Set(viewPod(1, func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }))
+		{name: "a pod failing", change: func(p *Path) {
+			p.Roster.Set(viewPod(1, func(pod *corev1.Pod) { pod.Status.Phase = corev1.PodFailed }))
 		}, pods: 3, again: true},
-		{name: "a new pod", change: func(r *Reconciler) { r.roster.Set(viewPod(9)) }, pods: 3, again: true},
-		{name: "another admission", change: func(r *Reconciler) {}, pods: 3, again: true},
+		{name: "a new pod", change: func(p *Path) { p.Roster.Set(viewPod(9)) }, pods: 3, again: true},
+		{name: "another admission", change: func(p *Path) {}, pods: 3, again: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := New(Options{})
+			p := newTestPath()
 			for i := range tt.pods {
-				r.roster.Set(viewPod(i))
+				p.Roster.Set(viewPod(i))
 			}
-			first, err := r.observe(key, admit)
+			first, err := p.observe(key, admit)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if len(first.Excess) != tt.excess {
 				t.Fatalf("first observation: %d excess pods, want %d", len(first.Excess), tt.excess)
 			}
-			tt.change(r)
+			tt.change(p)
 			d := admit
 			if tt.name == "another admission" {
 				d = &admitterv1.Decision{Action: admit.Action, ReservationId: "r2", Workload: admit.Workload, PodSetCounts: admit.PodSetCounts}
 			}
-			second, err := r.observe(key, d)
+			second, err := p.observe(key, d)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -101,25 +108,25 @@ func TestObserveIsWorkedOutOncePerChange(t *testing.T) {
 // TestAssembleSkipsShortGroups checks that a group short of pods is not
 // assembled, and that a complete one is assembled once per change.
 func TestAssembleSkipsShortGroups(t *testing.T) {
-	r := New(Options{})
+	p := newTestPath()
 	key := workload.Key{Namespace: "ns", Name: "g"}
 	for i := range 2 {
-		r.roster.Set(viewPod(i))
+		p.Roster.Set(viewPod(i))
 	}
 	ctx := context.Background()
-	if _, short, err := r.assemble(ctx, key); err != nil || !short {
+	if _, short, err := p.assemble(ctx, key); err != nil || !short {
 		t.Fatalf("two pods of three: short = %v, err = %v; want short", short, err)
 	}
-	r.roster.Set(viewPod(2))
-	first, short, err := r.assemble(ctx, key)
+	p.Roster.Set(viewPod(2))
+	first, short, err := p.assemble(ctx, key)
 	if err != nil || short || first.Workload == nil {
 		t.Fatalf("three pods of three: short = %v, err = %v, assembly = %+v; want a workload", short, err, first)
 	}
-	if again, _, _ := r.assemble(ctx, key); again != first {
+	if again, _, _ := p.assemble(ctx, key); again != first {
 		t.Fatal("nothing changed, and the group was assembled again")
 	}
-	r.roster.Set(viewPod(2, func(p *corev1.Pod) { p.Labels["team"] = "a" }))
-	if again, _, _ := r.assemble(ctx, key); again == first {
+	p.Roster.Set(viewPod(2, func(pod *corev1.Pod) { pod.Labels["team"] = "a" }))
+	if again, _, _ := p.assemble(ctx, key); again == first {
 		t.Fatal("a pod's labels changed, and the group was not assembled again")
 	}
 }

@@ -1,16 +1,13 @@
-package controller
+package groups
 
 import (
 	"context"
 	"fmt"
 	"time"
 
-	grpccodes "google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -24,8 +21,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 	"github.com/sluice-dev/sluice/pkg/crashpoint"
 	"github.com/sluice-dev/sluice/pkg/podkeys"
-	"github.com/sluice-dev/sluice/services/grouper/internal/metrics"
-	"github.com/sluice-dev/sluice/services/grouper/internal/podpatch"
+	"github.com/sluice-dev/sluice/services/grouper/internal/keyqueue"
 	"github.com/sluice-dev/sluice/services/grouper/internal/workload"
 )
 
@@ -48,22 +44,24 @@ func GroupWorkload() *metav1.PartialObjectMetadata {
 // (and at every group Workload when the grouper starts, so a report lost
 // in a crash, or a window's end missed, is made again), when one of its
 // pods is deleted, and when a window ends.
-type emptyGroups struct{ r *Reconciler }
+type emptyGroups struct{ p *Path }
 
 // windowRecheckMin is the least wait before a group whose replacement
 // window is open is looked at again: an admitter whose clock runs ahead of
 // the grouper's may answer with an end that has passed here already.
 const windowRecheckMin = time.Second
 
-func (r *Reconciler) setupEmptyGroups(mgr ctrl.Manager) error {
+// SetupEmptyGroups registers the controller of groups whose pods are all
+// gone, woken also by gone: the groups that lost a pod.
+func (p *Path) SetupEmptyGroups(mgr ctrl.Manager, gone <-chan event.GenericEvent) error {
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("pod-groups").
 		For(GroupWorkload()).
-		WatchesRawSource(source.Channel(r.groupGone, &handler.EnqueueRequestForObject{})).
+		WatchesRawSource(source.Channel(gone, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{
-			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](retryMin, retryMax),
+			RateLimiter: keyqueue.Backoff[reconcile.Request](),
 		}).
-		Complete(&emptyGroups{r: r})
+		Complete(&emptyGroups{p: p})
 	if err != nil {
 		return fmt.Errorf("set up pod group controller: %w", err)
 	}
@@ -72,13 +70,13 @@ func (r *Reconciler) setupEmptyGroups(mgr ctrl.Manager) error {
 
 // Reconcile reports the group named by req when it has no pod left.
 func (g *emptyGroups) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	r := g.r
+	p := g.p
 	key := workload.Key{Namespace: req.Namespace, Name: req.Name}
-	if !r.opts.Shard.Owns(key.Namespace, key.Name) {
+	if !p.Shard.Owns(key.Namespace, key.Name) {
 		return reconcile.Result{}, nil
 	}
 	wl := GroupWorkload()
-	if err := r.opts.Client.Get(ctx, req.NamespacedName, wl); err != nil {
+	if err := p.Client.Get(ctx, req.NamespacedName, wl); err != nil {
 		if apierrors.IsNotFound(err) {
 			return reconcile.Result{}, nil
 		}
@@ -98,15 +96,15 @@ func (g *emptyGroups) Reconcile(ctx context.Context, req reconcile.Request) (rec
 	}
 	crashpoint.Hit("grouper/report-no-pods")
 	// Pods created from now on make the group again: they submit it anew.
-	r.groups.update(key, func(st *groupState) { st.submitted = false })
+	p.known.update(key, func(st *groupState) { st.submitted = false })
 	if until.IsZero() {
-		r.opts.Log.V(1).Info("group has no pods", "group", key.String())
+		p.Log.V(1).Info("group has no pods", "group", key.String())
 		return reconcile.Result{}, nil
 	}
 	// Its pods may come back until then; if none did, the next report
 	// gives its quota back.
-	r.opts.Log.V(1).Info("group has no pods; its replacement window is open", "group", key.String(), "until", until)
-	return reconcile.Result{RequeueAfter: max(until.Sub(r.now()), windowRecheckMin)}, nil
+	p.Log.V(1).Info("group has no pods; its replacement window is open", "group", key.String(), "until", until)
+	return reconcile.Result{RequeueAfter: max(until.Sub(p.Now()), windowRecheckMin)}, nil
 }
 
 // reportNoPods tells the admitter the group ref has no pod left, and
@@ -114,15 +112,11 @@ func (g *emptyGroups) Reconcile(ctx context.Context, req reconcile.Request) (rec
 // it (zero when none is). A workload the admitter does not know needs no
 // report.
 func (g *emptyGroups) reportNoPods(ctx context.Context, ref *sluicev1.WorkloadRef) (time.Time, error) {
-	r := g.r
-	cctx, cancel := context.WithTimeout(ctx, r.opts.CallTimeout)
-	defer cancel()
-	resp, err := r.opts.Admitter.ReportProgress(cctx, &admitterv1.ReportProgressRequest{Workload: ref, NoPods: true})
-	if err != nil && status.Code(err) != grpccodes.NotFound {
-		r.opts.Metrics.Reports.WithLabelValues(metrics.ResultError).Inc()
-		return time.Time{}, fmt.Errorf("report that group %s has no pods: %w", ref.GetName(), err)
+	resp, err := g.p.Admitter.Progress(ctx, nil, &admitterv1.ReportProgressRequest{Workload: ref, NoPods: true},
+		"that group "+ref.GetName()+" has no pods")
+	if err != nil {
+		return time.Time{}, err
 	}
-	r.opts.Metrics.Reports.WithLabelValues(metrics.ResultOK).Inc()
 	if resp.GetNoPodsUntil() == nil { // also when NotFound left no answer
 		return time.Time{}, nil
 	}
@@ -133,28 +127,15 @@ func (g *emptyGroups) reportNoPods(ctx context.Context, ref *sluicev1.WorkloadRe
 // in the API server either (the cache may not have seen pods created a
 // moment ago, and a group with pods must not lose its Workload).
 func (g *emptyGroups) empty(ctx context.Context, key workload.Key) (bool, error) {
-	if g.r.roster.Len(key) > 0 {
+	if g.p.Roster.Len(key) > 0 {
 		return false, nil
 	}
 	live := &metav1.PartialObjectMetadataList{}
 	live.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
-	err := g.r.opts.APIReader.List(ctx, live, client.InNamespace(key.Namespace), client.Limit(1),
+	err := g.p.APIReader.List(ctx, live, client.InNamespace(key.Namespace), client.Limit(1),
 		client.MatchingLabels{podkeys.ManagedLabel: podkeys.ManagedLabelValue, podkeys.PodGroupNameLabel: key.Name})
 	if err != nil {
 		return false, fmt.Errorf("list pods of group %s: %w", key, err)
 	}
 	return len(live.Items) == 0, nil
-}
-
-// wakeGated wakes the gated pods of a workload whose decision went away:
-// a group's pods created while its eviction was in force submit it now.
-func (r *Reconciler) wakeGated(key workload.Key) {
-	if !r.opts.Shard.Owns(key.Namespace, key.Name) {
-		return
-	}
-	for _, pod := range r.roster.Pods(key) {
-		if workload.IsGroupMember(pod) && pod.DeletionTimestamp == nil && podpatch.HasGate(pod) {
-			r.wake <- event.TypedGenericEvent[*corev1.Pod]{Object: pod}
-		}
-	}
 }

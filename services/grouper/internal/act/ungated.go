@@ -1,4 +1,4 @@
-package controller
+package act
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/podkeys"
 	"github.com/sluice-dev/sluice/services/grouper/internal/metrics"
 	"github.com/sluice-dev/sluice/services/grouper/internal/podpatch"
+	"github.com/sluice-dev/sluice/services/grouper/internal/podstate"
 )
 
 // ReasonUngatedWithoutAdmission is the reason of the Warning event on a
@@ -21,38 +22,38 @@ const ReasonUngatedWithoutAdmission = "UngatedWithoutAdmission"
 // actionStop is the action of events about stops no decision asked for.
 const actionStop = "Stop"
 
-// gateLoss says how a live managed pod came to be without sluice's gate.
+// GateLoss says how a live managed pod came to be without sluice's gate.
 // sluice's own ungate patch removes the gate and, in the same patch,
 // writes the annotation sluice.dev/workload, so a pod without either was
 // ungated by someone else. Removing the gate together with sluice's
 // finalizer, as grouper release-all does, releases the pod on purpose: it
 // is sluice's no more. Removing the gate alone runs the pod beyond its
 // queue's quota.
-type gateLoss int
+type GateLoss int
 
 const (
-	// gateKept: the pod is gated, or sluice ungated it, or it is not
+	// GateKept: the pod is gated, or sluice ungated it, or it is not
 	// sluice's to judge (not managed, ended, or being deleted).
-	gateKept gateLoss = iota
-	// gateRemoved: someone else removed the gate and left sluice's
+	GateKept GateLoss = iota
+	// GateRemoved: someone else removed the gate and left sluice's
 	// finalizer: the pod runs without an admission.
-	gateRemoved
-	// gateReleased: someone else removed the gate and sluice's finalizer
+	GateRemoved
+	// GateReleased: someone else removed the gate and sluice's finalizer
 	// together: the pod was released on purpose.
-	gateReleased
+	GateReleased
 )
 
-// gateLossOf tells how pod lost sluice's gate. ungatedBySluice says this
+// GateLossOf tells how pod lost sluice's gate. ungatedBySluice says this
 // grouper's ungate patch of the pod succeeded, which the cache may not
 // show yet: such a pod is never taken for one ungated by someone else.
-func gateLossOf(pod *corev1.Pod, ungatedBySluice bool) gateLoss {
+func GateLossOf(pod *corev1.Pod, ungatedBySluice bool) GateLoss {
 	if ungatedBySluice || !liveManaged(pod) || !gatedBySluice(pod) || podpatch.HasGate(pod) || carriesUngateMark(pod) {
-		return gateKept
+		return GateKept
 	}
 	if podpatch.HasFinalizer(pod) {
-		return gateRemoved
+		return GateRemoved
 	}
-	return gateReleased
+	return GateReleased
 }
 
 // liveManaged reports whether pod carries the managed label, has not
@@ -81,7 +82,7 @@ func carriesUngateMark(pod *corev1.Pod) bool {
 // ungatedWithoutAdmission is why sluice stops a pod someone else ungated
 // without an admission, in the pod's DisruptionTarget condition and in
 // its Warning event.
-func (r *Reconciler) ungatedWithoutAdmission() stopCause {
+func (p Pods) ungatedWithoutAdmission() stopCause {
 	return stopCause{
 		action:    actionStop,
 		message:   fmt.Sprintf("the scheduling gate %s was removed without an admission", podkeys.AdmissionGate),
@@ -91,28 +92,28 @@ func (r *Reconciler) ungatedWithoutAdmission() stopCause {
 			"so the pod would run beyond its queue's quota: sluice stops it as it stops an evicted pod. "+
 			"To release pods from sluice on purpose, use `grouper release-all`, which removes the finalizer %s too",
 			podkeys.AdmissionGate, podkeys.ManagedFinalizer),
-		counter: r.opts.Metrics.UngatedWithoutAdmission.WithLabelValues(metrics.ResultStopped),
+		counter: p.Metrics.UngatedWithoutAdmission.WithLabelValues(metrics.ResultStopped),
 	}
 }
 
-// stopUngated stops a pod someone else ungated without an admission, as
+// StopUngated stops a pod someone else ungated without an admission, as
 // an evicted pod is stopped, with a Warning event saying why.
-func (r *Reconciler) stopUngated(ctx context.Context, pod *corev1.Pod, st *podState) (reconcile.Result, error) {
-	if st.evicted {
+func (p Pods) StopUngated(ctx context.Context, pod *corev1.Pod, st *podstate.State) (reconcile.Result, error) {
+	if st.Evicted {
 		return reconcile.Result{}, nil // deleted already; the cache shows it soon
 	}
-	r.opts.Log.Info("pod ungated without an admission; stopping it", "pod", client.ObjectKeyFromObject(pod))
-	return r.stopPod(ctx, pod, r.ungatedWithoutAdmission(), st)
+	p.Log.Info("pod ungated without an admission; stopping it", "pod", client.ObjectKeyFromObject(pod))
+	return p.stop(ctx, pod, p.ungatedWithoutAdmission(), st)
 }
 
-// countReleased counts a pod released on purpose, once per pod: it is
+// CountReleased counts a pod released on purpose, once per pod: it is
 // left alone, but whoever watches quota should know it runs outside it.
-func (r *Reconciler) countReleased(pod *corev1.Pod, st *podState) {
-	if st.released {
+func (p Pods) CountReleased(pod *corev1.Pod, st *podstate.State) {
+	if st.Released {
 		return
 	}
-	st.released = true
-	r.opts.Metrics.UngatedWithoutAdmission.WithLabelValues(metrics.ResultReleased).Inc()
-	r.opts.Log.V(1).Info("pod released from sluice's gate and finalizer by someone else; left alone",
+	st.Released = true
+	p.Metrics.UngatedWithoutAdmission.WithLabelValues(metrics.ResultReleased).Inc()
+	p.Log.V(1).Info("pod released from sluice's gate and finalizer by someone else; left alone",
 		"pod", client.ObjectKeyFromObject(pod))
 }

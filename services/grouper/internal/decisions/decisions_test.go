@@ -1,10 +1,8 @@
-package controller
+package decisions
 
 import (
 	"testing"
 	"time"
-
-	"k8s.io/apimachinery/pkg/types"
 
 	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
 	sluicev1 "github.com/sluice-dev/sluice/gen/sluice/v1"
@@ -25,7 +23,7 @@ func TestDecisionStore(t *testing.T) {
 	admitA := decision("a", admitterv1.Decision_ACTION_ADMIT, "cq")
 	tests := []struct {
 		name         string
-		run          func(s *decisionStore)
+		run          func(s *Store)
 		key          string
 		wantPresent  bool
 		wantReceived time.Time
@@ -33,9 +31,9 @@ func TestDecisionStore(t *testing.T) {
 	}{
 		{
 			name: "a repeated decision keeps its first receive time",
-			run: func(s *decisionStore) {
-				s.put(admitA, t0)
-				s.put(decision("a", admitterv1.Decision_ACTION_ADMIT, "cq"), t1)
+			run: func(s *Store) {
+				s.Put(admitA, t0)
+				s.Put(decision("a", admitterv1.Decision_ACTION_ADMIT, "cq"), t1)
 			},
 			key:          "a",
 			wantPresent:  true,
@@ -44,9 +42,9 @@ func TestDecisionStore(t *testing.T) {
 		},
 		{
 			name: "a changed decision restarts the clock",
-			run: func(s *decisionStore) {
-				s.put(admitA, t0)
-				s.put(decision("a", admitterv1.Decision_ACTION_EVICT, "cq"), t1)
+			run: func(s *Store) {
+				s.Put(admitA, t0)
+				s.Put(decision("a", admitterv1.Decision_ACTION_EVICT, "cq"), t1)
 			},
 			key:          "a",
 			wantPresent:  true,
@@ -55,18 +53,18 @@ func TestDecisionStore(t *testing.T) {
 		},
 		{
 			name: "a snapshot drops absent workloads",
-			run: func(s *decisionStore) {
-				s.put(admitA, t0)
-				s.replace([]*admitterv1.Decision{decision("b", admitterv1.Decision_ACTION_ADMIT, "cq")}, t1)
+			run: func(s *Store) {
+				s.Put(admitA, t0)
+				s.Replace([]*admitterv1.Decision{decision("b", admitterv1.Decision_ACTION_ADMIT, "cq")}, t1)
 			},
 			key:         "a",
 			wantPresent: false,
 		},
 		{
 			name: "a snapshot keeps the receive time of an unchanged decision",
-			run: func(s *decisionStore) {
-				s.put(admitA, t0)
-				s.replace([]*admitterv1.Decision{decision("a", admitterv1.Decision_ACTION_ADMIT, "cq")}, t1)
+			run: func(s *Store) {
+				s.Put(admitA, t0)
+				s.Replace([]*admitterv1.Decision{decision("a", admitterv1.Decision_ACTION_ADMIT, "cq")}, t1)
 			},
 			key:          "a",
 			wantPresent:  true,
@@ -75,44 +73,28 @@ func TestDecisionStore(t *testing.T) {
 		},
 		{
 			name:        "forget",
-			run:         func(s *decisionStore) { s.put(admitA, t0); s.forget(workload.Key{Namespace: "ns", Name: "a"}) },
+			run:         func(s *Store) { s.Put(admitA, t0); s.Forget(workload.Key{Namespace: "ns", Name: "a"}) },
 			key:         "a",
 			wantPresent: false,
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := newDecisionStore()
+			s := NewStore()
 			tt.run(s)
-			e, ok := s.get(workload.Key{Namespace: "ns", Name: tt.key})
+			e, ok := s.Get(workload.Key{Namespace: "ns", Name: tt.key})
 			if ok != tt.wantPresent {
 				t.Fatalf("present = %v, want %v", ok, tt.wantPresent)
 			}
 			if !ok {
 				return
 			}
-			if !e.received.Equal(tt.wantReceived) {
-				t.Errorf("received = %v, want %v", e.received, tt.wantReceived)
+			if !e.Received.Equal(tt.wantReceived) {
+				t.Errorf("received = %v, want %v", e.Received, tt.wantReceived)
 			}
-			if e.decision.GetAction() != tt.wantAction {
-				t.Errorf("action = %v, want %v", e.decision.GetAction(), tt.wantAction)
+			if e.Decision.GetAction() != tt.wantAction {
+				t.Errorf("action = %v, want %v", e.Decision.GetAction(), tt.wantAction)
 			}
 		})
-	}
-}
-
-func TestPodStatesResetForNewPod(t *testing.T) {
-	s := newPodStates()
-	name := types.NamespacedName{Namespace: "ns", Name: "p"}
-	s.store(name, podState{uid: "u1", submitted: true, ungated: true})
-	if st := s.load(name, "u1"); !st.submitted || !st.ungated {
-		t.Errorf("load(u1) = %+v, want the stored state", st)
-	}
-	if st := s.load(name, "u2"); st.submitted || st.ungated || st.uid != "u2" {
-		t.Errorf("load(u2) = %+v, want a fresh state for the new pod", st)
-	}
-	s.forget(name)
-	if st := s.load(name, "u1"); st.submitted {
-		t.Errorf("load after forget = %+v, want fresh", st)
 	}
 }

@@ -1,4 +1,4 @@
-package controller
+package decisions
 
 import (
 	"testing"
@@ -30,20 +30,20 @@ func TestUngateBeginsOnlyUnderItsAdmission(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			decisions := newDecisionStore()
+			decisions := NewStore()
 			if tt.inForce != nil {
-				decisions.put(tt.inForce, time.Now())
+				decisions.Put(tt.inForce, time.Now())
 			}
-			u := newUngatesInFlight()
-			if got := u.begin(key, admission, decisions); got != tt.want {
+			u := NewUngates()
+			if got := u.Begin(key, admission, decisions); got != tt.want {
 				t.Fatalf("begin = %v, want %v", got, tt.want)
 			}
-			if u.busy(key) != tt.want {
-				t.Fatalf("busy = %v after begin returned %v", u.busy(key), tt.want)
+			if u.Busy(key) != tt.want {
+				t.Fatalf("busy = %v after begin returned %v", u.Busy(key), tt.want)
 			}
 			if tt.want {
-				u.end(key)
-				if u.busy(key) {
+				u.End(key)
+				if u.Busy(key) {
 					t.Fatal("busy after end")
 				}
 			}
@@ -54,17 +54,17 @@ func TestUngateBeginsOnlyUnderItsAdmission(t *testing.T) {
 func TestUngatesInFlightCount(t *testing.T) {
 	key := workload.Key{Namespace: "ns", Name: "g"}
 	d := &admitterv1.Decision{Workload: &sluicev1.WorkloadRef{Namespace: "ns", Name: "g"}, Action: admitterv1.Decision_ACTION_ADMIT}
-	decisions := newDecisionStore()
-	decisions.put(d, time.Now())
-	u := newUngatesInFlight()
-	u.begin(key, d, decisions)
-	u.begin(key, d, decisions)
-	u.end(key)
-	if !u.busy(key) {
+	decisions := NewStore()
+	decisions.Put(d, time.Now())
+	u := NewUngates()
+	u.Begin(key, d, decisions)
+	u.Begin(key, d, decisions)
+	u.End(key)
+	if !u.Busy(key) {
 		t.Fatal("not busy with one of two ungates still in flight")
 	}
-	u.end(key)
-	if u.busy(key) {
+	u.End(key)
+	if u.Busy(key) {
 		t.Fatal("busy with none in flight")
 	}
 }

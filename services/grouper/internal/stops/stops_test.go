@@ -1,4 +1,4 @@
-package controller
+package stops
 
 import (
 	"testing"
