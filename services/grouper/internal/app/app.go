@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -141,7 +142,7 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 		CallTimeout: cfg.CallTimeout,
 		Log:         log.WithName("pods"),
 	})
-	if err := rec.SetupWithManager(mgr, cfg.Workers); err != nil {
+	if err := rec.SetupWithManager(ctx, mgr, cfg.Workers); err != nil {
 		return err
 	}
 	follower := stream.New(admitter, rec, stream.Options{
@@ -150,11 +151,12 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 		Log:     log.WithName("decisions"),
 	})
 
-	// Decisions are looked up against the pod cache, so the stream opens
-	// only once the cache is complete.
+	// Decisions are looked up against the pods, and a stop check takes a
+	// pod missing from the roster for one that is gone: the stream opens
+	// only once the cache is complete and the roster holds all of it.
 	var synced atomic.Bool
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		if !mgr.GetCache().WaitForCacheSync(ctx) {
+		if !mgr.GetCache().WaitForCacheSync(ctx) || !toolscache.WaitForCacheSync(ctx.Done(), rec.RosterSynced) {
 			return nil // stopping
 		}
 		synced.Store(true)

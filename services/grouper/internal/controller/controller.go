@@ -100,7 +100,10 @@ type Reconciler struct {
 	wake    chan event.TypedGenericEvent[*corev1.Pod]
 	// groupGone wakes the empty-group check of a group that lost a pod.
 	groupGone chan event.GenericEvent
-	now       func() time.Time
+	// rosterSynced reports whether the roster has every pod of the cache's
+	// first list (see followPods).
+	rosterSynced func() bool
+	now          func() time.Time
 }
 
 // New returns a Reconciler; register it with SetupWithManager.
@@ -147,10 +150,12 @@ func New(opts Options) *Reconciler {
 
 // SetupWithManager registers the controller: pod events and decisions
 // feed one queue served by workers goroutines.
-func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, workers int) error {
+	if err := r.followPods(ctx, mgr.GetCache()); err != nil {
+		return err
+	}
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("pods").
-		Watches(&corev1.Pod{}, r.podEvents()).
 		WatchesRawSource(source.Channel(r.wake, &handler.TypedEnqueueRequestForObject[*corev1.Pod]{})).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: workers,

@@ -2,53 +2,66 @@ package controller
 
 import (
 	"context"
+	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/workqueue"
-	"sigs.k8s.io/controller-runtime/pkg/client"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/sluice-dev/sluice/services/grouper/internal/workload"
 )
 
-// podEvents keeps the roster and queues the pod of every event, in that
-// order, so a reconcile finds the roster at least as new as the event that
-// woke it. A deleted pod of a group also wakes the group's empty check.
-func (r *Reconciler) podEvents() handler.EventHandler {
-	enqueue := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], obj client.Object) {
-		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}})
+// followPods registers the pod event handler on the pod informer. It keeps
+// the roster and then wakes the pod of every event, in that order, so a
+// reconcile finds the roster at least as new as the event that woke it; a
+// deleted pod of a group also wakes the group's empty check. The roster is
+// complete once RosterSynced reports true: until then the absence of a pod
+// from it says nothing.
+func (r *Reconciler) followPods(ctx context.Context, c cache.Cache) error {
+	informer, err := c.GetInformer(ctx, &corev1.Pod{})
+	if err != nil {
+		return fmt.Errorf("get the pod informer: %w", err)
 	}
-	return handler.Funcs{
-		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			if pod, ok := e.Object.(*corev1.Pod); ok {
-				r.roster.Set(pod)
-				enqueue(q, pod)
-			}
-		},
-		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			if pod, ok := e.ObjectNew.(*corev1.Pod); ok {
-				r.roster.Set(pod)
-				enqueue(q, pod)
-			}
-		},
-		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			pod, ok := e.Object.(*corev1.Pod)
-			if !ok {
-				return
-			}
-			r.roster.Delete(pod)
-			enqueue(q, pod)
-			if key, ok := workload.KeyFor(pod); ok && workload.IsGroupMember(pod) {
-				gone := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
-				r.groupGone <- event.GenericEvent{Object: gone}
-			}
-		},
-		GenericFunc: func(_ context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			enqueue(q, e.Object)
-		},
+	reg, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { r.podChanged(obj) },
+		UpdateFunc: func(_, obj any) { r.podChanged(obj) },
+		DeleteFunc: r.podDeleted,
+	})
+	if err != nil {
+		return fmt.Errorf("follow pods: %w", err)
+	}
+	r.rosterSynced = reg.HasSynced
+	return nil
+}
+
+// RosterSynced reports whether the roster holds every pod of the cache's
+// first list: only then may the absence of a pod from it be trusted, and
+// the decisions that act on absence be followed.
+func (r *Reconciler) RosterSynced() bool {
+	return r.rosterSynced != nil && r.rosterSynced()
+}
+
+func (r *Reconciler) podChanged(obj any) {
+	if pod, ok := obj.(*corev1.Pod); ok {
+		r.roster.Set(pod)
+		r.wakePod(pod)
+	}
+}
+
+func (r *Reconciler) podDeleted(obj any) {
+	if tombstone, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	r.roster.Delete(pod)
+	r.wakePod(pod)
+	if key, ok := workload.KeyFor(pod); ok && workload.IsGroupMember(pod) {
+		gone := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+		r.groupGone <- event.GenericEvent{Object: gone}
 	}
 }
