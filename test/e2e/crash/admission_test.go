@@ -72,13 +72,13 @@ func crashAdmission(t *testing.T, point string) {
 	if q := hist.maxCPUReserved(); q.Cmp(resource.MustParse("1")) > 0 {
 		t.Errorf("ClusterQueue reported %s cpu reserved, want at most the pod's 1", q.String())
 	}
-	if writes.patches != 2 {
-		t.Errorf("the pod was patched %d times, want 2: one ungate and one finalizer removal", writes.patches)
+	if !writes.patches.is(2) {
+		t.Errorf("the pod was patched %v times, want 2: one ungate and one finalizer removal", writes.patches)
 	}
-	if kwokStatus, _ := hist.kwokWrites(); writes.statusPatches != kwokStatus {
-		t.Errorf("%d pod status patches, want only kwok's %d: the grouper has no pod status to write here", writes.statusPatches, kwokStatus)
+	if kwokStatus, _ := hist.kwokWrites(); !writes.statusPatches.is(kwokStatus) {
+		t.Errorf("%v pod status patches, want only kwok's %d: the grouper has no pod status to write here", writes.statusPatches, kwokStatus)
 	}
-	if writes.deletes != 0 {
-		t.Errorf("%d pod deletes, want none", writes.deletes)
+	if !writes.deletes.is(0) {
+		t.Errorf("%v pod deletes, want none", writes.deletes)
 	}
 }

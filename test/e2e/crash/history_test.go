@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -248,4 +249,22 @@ func podCondition(p *corev1.Pod, condType corev1.PodConditionType) *corev1.PodCo
 func holdsQuota(w *sluicev1alpha1.Workload) bool {
 	return w.Status.Admission != nil && !isTrue(w, sluicev1alpha1.WorkloadFinished) &&
 		isTrue(w, sluicev1alpha1.WorkloadQuotaReserved)
+}
+
+// podStory describes every pod event, for a failure message: who wrote
+// (the managers of the fields) and what the pod looked like after.
+func (h *history) podStory() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var b strings.Builder
+	for _, e := range h.pods {
+		p := e.obj
+		var managers []string
+		for _, m := range p.ManagedFields {
+			managers = append(managers, fmt.Sprintf("%s/%s/%s@%s", m.Manager, m.Operation, m.Subresource, m.Time.Format("15:04:05")))
+		}
+		fmt.Fprintf(&b, "\n  %d %s %s: phase %s, gated %v, finalizers %v, deleting %v, managers %v",
+			e.rev, e.typ, p.Name, p.Status.Phase, gated(p), p.Finalizers, p.DeletionTimestamp != nil, managers)
+	}
+	return b.String()
 }
