@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -205,15 +206,22 @@ func runBurst(b *testing.B, envOpts testenv.Options, c burstCase) {
 	// server alone needs to ungate the largest group is measured, not
 	// extrapolated from a smaller run.
 	rawPods := max(burst, c.groupSize)
+	profileDir := os.Getenv("SLUICE_BENCH_PROFILE_DIR")
+	var profileRawUngates func()
+	if profileDir != "" {
+		// The raw API server patches about a thousand pods a second here:
+		// a window shorter than its ungates, to compare with sluice's.
+		seconds := max(1, rawPods/1500)
+		profileRawUngates = func() { profileAPIServer(ctx, b, cs, profileDir, "kube-apiserver-raw-ungates.pprof", seconds) }
+	}
 	rawCPU := newCPUMeter(env, nil)
-	raw := measureRaw(ctx, b, cs, namespace(ctx, b, cs, "raw"), true, rawPods)
+	raw := measureRaw(ctx, b, cs, namespace(ctx, b, cs, "raw"), true, rawPods, profileRawUngates)
 	rawCPUReport := rawCPU.report()
 	hookCPU := newCPUMeter(env, nil)
 	hooked := measureRawThroughWebhook(ctx, b, cs, rawPods)
 	hookCPUReport := hookCPU.report()
 
 	opts := harness.Options{BinDir: os.Getenv("SLUICE_SERVICES_BIN")}
-	profileDir := os.Getenv("SLUICE_BENCH_PROFILE_DIR")
 	if profileDir != "" {
 		opts.Args = map[string][]string{"admitter": {"--pprof"}, "grouper": {"--pprof"}, "webhook": {"--pprof"}}
 	}
@@ -325,7 +333,7 @@ func measureSluice(ctx context.Context, b *testing.B, env *testenv.Env, cs kuber
 				return
 			case <-time.After(delay):
 			}
-			go profileAPIServer(ctx, b, cs, profileDir)
+			go profileAPIServer(ctx, b, cs, profileDir, "kube-apiserver.pprof", 10)
 			for _, svc := range []*harness.Service{s.Admitter, s.Grouper, s.Webhook} {
 				go profileService(ctx, b, svc, profileDir)
 			}
@@ -659,18 +667,20 @@ func latest(a, b time.Time) time.Time {
 	return a
 }
 
-// profileAPIServer writes a 10-second CPU profile of kube-apiserver, taken
-// during the burst, to dir/kube-apiserver.pprof. Set SLUICE_BENCH_PROFILE_DIR
-// to get one, and the same of the admitter, grouper and webhook (started
-// with --pprof); `go tool pprof` reads them. SLUICE_BENCH_PROFILE_DELAY
-// (a duration) starts them that long after the burst.
-func profileAPIServer(ctx context.Context, b *testing.B, cs kubernetes.Interface, dir string) {
-	data, err := cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "10").DoRaw(ctx)
+// profileAPIServer writes a CPU profile of kube-apiserver over the next
+// seconds to dir/name. Set SLUICE_BENCH_PROFILE_DIR to get one of the
+// raw run's ungates (kube-apiserver-raw-ungates.pprof) and a 10-second one
+// during the burst (kube-apiserver.pprof), with the same of the admitter,
+// grouper and webhook (started with --pprof); `go tool pprof` reads them.
+// SLUICE_BENCH_PROFILE_DELAY (a duration) starts the burst's that long
+// after the burst.
+func profileAPIServer(ctx context.Context, b *testing.B, cs kubernetes.Interface, dir, name string, seconds int) {
+	data, err := cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", strconv.Itoa(seconds)).DoRaw(ctx)
 	if err != nil {
 		b.Logf("profiling kube-apiserver: %v", err)
 		return
 	}
-	path := filepath.Join(dir, "kube-apiserver.pprof")
+	path := filepath.Join(dir, name)
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		b.Logf("writing %s: %v", path, err)
 		return
