@@ -39,6 +39,12 @@ const (
 	defaultShutdownTimeout = 10 * time.Second
 )
 
+// MaxMessageBytes is the largest message a sluice server receives (grpc's
+// default, set here so that clients can check against it): a client that
+// would send more gets a clear refusal of its own rather than a
+// ResourceExhausted it cannot tell from a passing overload.
+const MaxMessageBytes = 4 << 20
+
 // Server is a gRPC server with sluice's interceptors and its health service.
 // Register services on it (it embeds *grpc.Server) before calling Run.
 type Server struct {
@@ -80,6 +86,7 @@ func NewServer(log logr.Logger, opts ...grpc.ServerOption) *Server {
 			logging.StreamServerInterceptor(logrAdapter(log), logOpts...),
 			recovery.StreamServerInterceptor(recoverOpt),
 		),
+		grpc.MaxRecvMsgSize(MaxMessageBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 			MinTime:             MinClientPingInterval,
 			PermitWithoutStream: true,

@@ -443,3 +443,57 @@ func getPod(ctx context.Context, t *testing.T, p *corev1.Pod) *corev1.Pod {
 	}
 	return &cur
 }
+
+// TestStory2OversizedGroupIsRefused: a group whose Workload etcd could not
+// hold once admitted (five roles, each with a quarter MiB of annotations
+// that its pod set copies) is refused for good: its pods stay gated, one
+// warning names the size rule and the pod set that carries the most, and
+// no Workload exists.
+func TestStory2OversizedGroupIsRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ns := createNamespace(ctx, t, "story2-oversized")
+	createQueues(ctx, t, ns, "story2-oversized", "4")
+	var pods []*corev1.Pod
+	for i := range 5 {
+		// A role each: the requests differ, and so do the role hashes.
+		p := groupPod(ns, "g", fmt.Sprintf("p%d", i), fmt.Sprintf("%dm", 100*(i+1)), 5, nil)
+		p.Annotations["example.com/notes"] = strings.Repeat(fmt.Sprint(i), 240<<10)
+		mustCreate(ctx, t, p)
+		pods = append(pods, p)
+	}
+
+	var refusal *eventsv1.Event
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		var evs eventsv1.EventList
+		if err := k8s.List(ctx, &evs, client.InNamespace(ns)); err != nil {
+			return false, nil
+		}
+		for i, e := range evs.Items {
+			if e.Type == corev1.EventTypeWarning && e.Reason == "SubmitFailed" {
+				refusal = &evs.Items[i]
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatal("no SubmitFailed warning for the oversized group")
+	}
+	for _, want := range []string{"workload.pod_sets: the Workload would be", "over the limit of 1048576", "carries", "make them smaller"} {
+		if !strings.Contains(refusal.Note, want) {
+			t.Errorf("warning %q does not say %q", refusal.Note, want)
+		}
+	}
+	var list sluicev1alpha1.WorkloadList
+	if err := k8s.List(ctx, &list, client.InNamespace(ns)); err != nil || len(list.Items) != 0 {
+		t.Fatalf("workloads %d (err %v), want none for a group too large to admit", len(list.Items), err)
+	}
+	for _, p := range pods {
+		if cur := getPod(ctx, t, p); !slices.ContainsFunc(cur.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool {
+			return g.Name == podkeys.AdmissionGate
+		}) {
+			t.Errorf("pod %s lost its gate", p.Name)
+		}
+	}
+}

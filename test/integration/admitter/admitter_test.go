@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -60,6 +61,24 @@ func TestSubmitWorkloadCreatesOnce(t *testing.T) {
 	}})
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `pod_sets[0].requests["cpu"]`) {
 		t.Fatalf("bad quantity: err = %v, want InvalidArgument naming the field", err)
+	}
+
+	// A Workload etcd could not hold once admitted is refused for good,
+	// naming the rule and the pod set that carries the most, and not
+	// created.
+	_, err = s.client.SubmitWorkload(ctx, &admitterv1.SubmitWorkloadRequest{Workload: &sluicev1.Workload{
+		Ref: &sluicev1.WorkloadRef{Namespace: st.ns, Name: "huge"}, QueueName: "lq",
+		PodSets: []*sluicev1.PodSet{
+			{Name: "driver", Count: 1, Requests: map[string]string{"cpu": "1"}, Annotations: map[string]string{"notes": strings.Repeat("d", 600<<10)}},
+			{Name: "worker", Count: 1, Requests: map[string]string{"cpu": "1"}, Annotations: map[string]string{"notes": strings.Repeat("w", 500<<10)}},
+		},
+	}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "workload.pod_sets: the Workload would be") ||
+		!strings.Contains(err.Error(), `pod set "driver"`) {
+		t.Fatalf("oversized workload: err = %v, want InvalidArgument naming the size rule and pod set driver", err)
+	}
+	if err := s.k8s.Get(ctx, client.ObjectKey{Namespace: st.ns, Name: "huge"}, &v1alpha1.Workload{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the oversized workload: get = %v, want NotFound", err)
 	}
 }
 

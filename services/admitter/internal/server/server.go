@@ -208,7 +208,7 @@ func toStatus(err error) error {
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, controller.ErrStale), errors.Is(err, lifecycle.ErrPastRun):
 		return status.Error(codes.Unavailable, err.Error())
-	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
+	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err), apierrors.IsRequestEntityTooLargeError(err):
 		return status.Error(codes.InvalidArgument, err.Error())
 	case apierrors.IsNotFound(err):
 		return status.Error(codes.FailedPrecondition, err.Error())

@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -21,6 +22,13 @@ import (
 
 // maxPodSets is the API's limit on spec.podSets.
 const maxPodSets = 18
+
+// MaxBytes bounds a new Workload's JSON. etcd refuses writes over 1.5 MiB,
+// and the status that admission adds later (assignments, the checks'
+// states and their podSetUpdates) must still fit: a Workload refused at
+// submission is a clear answer to its pods, one that outgrows etcd
+// halfway through its admission is not.
+const MaxBytes = 1 << 20
 
 // FromProto builds the Workload object a SubmitWorkload request asks for.
 // Errors name the request field and the rule it breaks.
@@ -116,7 +124,42 @@ func FromProto(p *sluicev1.Workload) (*v1alpha1.Workload, error) {
 			BlockOwnerDeletion: &blockOwnerDeletion,
 		})
 	}
+	if err := checkSize(wl); err != nil {
+		return nil, err
+	}
 	return wl, nil
+}
+
+// checkSize refuses a Workload over MaxBytes. Nothing in it grows with
+// the pods' number; its pod sets' labels and annotations, copied from
+// each role's first pod, can.
+func checkSize(wl *v1alpha1.Workload) error {
+	data, err := json.Marshal(wl)
+	if err != nil {
+		return fmt.Errorf("workload: encode: %w", err)
+	}
+	if len(data) <= MaxBytes {
+		return nil
+	}
+	largest, size := "", 0
+	for _, ps := range wl.Spec.PodSets {
+		n := mapBytes(ps.Template.Labels) + mapBytes(ps.Template.Annotations)
+		if n > size {
+			largest, size = ps.Name, n
+		}
+	}
+	return fmt.Errorf("workload.pod_sets: the Workload would be %d bytes, over the limit of %d: each pod set copies the "+
+		"labels and annotations of its role's first pod (pod set %q carries %d bytes of them); make them smaller, or the roles fewer",
+		len(data), MaxBytes, largest, size)
+}
+
+// mapBytes is the bytes of a map's keys and values.
+func mapBytes(m map[string]string) int {
+	n := 0
+	for k, v := range m {
+		n += len(k) + len(v)
+	}
+	return n
 }
 
 func cloneMap(m map[string]string) map[string]string {

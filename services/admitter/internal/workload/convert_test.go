@@ -1,9 +1,11 @@
 package workload
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 
 	sluicev1 "github.com/sluice-dev/sluice/gen/sluice/v1"
@@ -43,6 +45,19 @@ func TestFromProto(t *testing.T) {
 		{name: "owner without uid", mutate: func(w *sluicev1.Workload) { w.Owners[0].Uid = "" }, wantErr: "workload.owners[0]"},
 		{name: "pod group not a label value", mutate: func(w *sluicev1.Workload) { w.Owners, w.PodGroup = nil, "a/b" }, wantErr: "workload.pod_group"},
 		{name: "pod group with owners", mutate: func(w *sluicev1.Workload) { w.PodGroup = "g" }, wantErr: "workload.owners: must be empty"},
+		{name: "just under the size limit", mutate: func(w *sluicev1.Workload) {
+			w.PodSets[0].Annotations = map[string]string{"big": strings.Repeat("x", MaxBytes-2048)}
+		}},
+		{name: "over the size limit", mutate: func(w *sluicev1.Workload) {
+			second := proto.Clone(w.PodSets[0]).(*sluicev1.PodSet)
+			second.Name = "worker"
+			second.Annotations = map[string]string{"big": strings.Repeat("x", MaxBytes/2)}
+			w.PodSets[0].Annotations = map[string]string{"big": strings.Repeat("x", MaxBytes/2-10)}
+			w.PodSets = append(w.PodSets, second)
+		}, wantErr: `workload.pod_sets: the Workload would be`},
+		{name: "over the size limit names the largest pod set", mutate: func(w *sluicev1.Workload) {
+			w.PodSets[0].Annotations = map[string]string{"big": strings.Repeat("x", MaxBytes)}
+		}, wantErr: fmt.Sprintf(`pod set "main" carries %d bytes`, MaxBytes+3)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

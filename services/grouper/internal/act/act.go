@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	grpccodes "google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/events"
 
@@ -22,6 +23,7 @@ import (
 	sluicev1 "github.com/sluice-dev/sluice/gen/sluice/v1"
 	"github.com/sluice-dev/sluice/pkg/crashpoint"
 	"github.com/sluice-dev/sluice/pkg/podkeys"
+	"github.com/sluice-dev/sluice/pkg/rpc"
 	"github.com/sluice-dev/sluice/services/grouper/internal/metrics"
 )
 
@@ -103,11 +105,16 @@ func (a Admitter) Call(ctx context.Context) (context.Context, context.CancelFunc
 // submission of a workload the admitter has, as a single pod's
 // submission always did; for a group it is an error.
 func (a Admitter) Submit(ctx context.Context, pod *corev1.Pod, wl *sluicev1.Workload, what string, existingOK bool) (created bool, refused string, err error) {
+	req := &admitterv1.SubmitWorkloadRequest{Workload: wl}
+	if refused := tooLarge(req, what); refused != "" {
+		a.Metrics.Submissions.WithLabelValues(metrics.ResultError).Inc()
+		return false, refused, nil
+	}
 	ctx, span := a.Spans.Start(ctx, pod, "grouper.SubmitWorkload", wl.GetRef())
 	defer span.End()
 	cctx, cancel := a.Call(ctx)
 	defer cancel()
-	resp, err := a.Client.SubmitWorkload(cctx, &admitterv1.SubmitWorkloadRequest{Workload: wl})
+	resp, err := a.Client.SubmitWorkload(cctx, req)
 	switch {
 	case err == nil:
 		result := metrics.ResultExisting
@@ -132,6 +139,19 @@ func (a Admitter) Submit(ctx context.Context, pod *corev1.Pod, wl *sluicev1.Work
 		}
 	}
 	return resp.GetCreated(), "", nil
+}
+
+// tooLarge says why req cannot reach the admitter when it is over the
+// admitter's message limit: sending it would only earn a ResourceExhausted
+// the grouper would retry for ever. (The admitter refuses Workloads far
+// smaller than that; this is for what it would never get to read.)
+func tooLarge(req *admitterv1.SubmitWorkloadRequest, what string) string {
+	n := proto.Size(req)
+	if n <= rpc.MaxMessageBytes {
+		return ""
+	}
+	return fmt.Sprintf("the %s is %d bytes, over the %d a call to the admitter may carry: each pod set copies the "+
+		"labels and annotations of its role's first pod; make them smaller, or the roles fewer", what, n, rpc.MaxMessageBytes)
 }
 
 // MoveQueue tells the admitter the workload's pods now name another
