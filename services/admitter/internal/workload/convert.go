@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -124,11 +125,22 @@ func FromProto(p *sluicev1.Workload) (*v1alpha1.Workload, error) {
 			BlockOwnerDeletion: &blockOwnerDeletion,
 		})
 	}
-	if err := checkSize(wl); err != nil {
-		return nil, err
+	// Encoding JSON costs far more than measuring the proto, and only a
+	// large proto can make a Workload too large: its JSON is less than 16
+	// times the proto's bytes (a string byte escaped as \u00XX takes 6, an
+	// owner reference's fixed keys about 10 per byte of the smallest
+	// owner) plus its envelope.
+	if proto.Size(p) > (MaxBytes-jsonEnvelopeBytes)/16 {
+		if err := checkSize(wl); err != nil {
+			return nil, err
+		}
 	}
 	return wl, nil
 }
+
+// jsonEnvelopeBytes bounds what a Workload's JSON holds beyond its proto's
+// fields: apiVersion, kind and the metadata the admitter sets.
+const jsonEnvelopeBytes = 4 << 10
 
 // checkSize refuses a Workload over MaxBytes. Nothing in it grows with
 // the pods' number; its pod sets' labels and annotations, copied from

@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -141,5 +142,46 @@ func TestToChecksAddsFlavorLabels(t *testing.T) {
 	}
 	if len(ps.GetTolerations()) != 2 {
 		t.Fatalf("tolerations %v, want the pods' one plus the flavor's new one", ps.GetTolerations())
+	}
+}
+
+// TestFromProtoSizeBound checks the bound that lets FromProto skip
+// encoding small Workloads: for the shapes that expand most from proto to
+// JSON (many tiny owners and pod sets, strings that JSON escapes), the
+// JSON stays under 16 times the proto plus the envelope.
+func TestFromProtoSizeBound(t *testing.T) {
+	shapes := map[string]func(w *sluicev1.Workload){
+		"many tiny owners": func(w *sluicev1.Workload) {
+			w.Owners = nil
+			for i := range 500 {
+				w.Owners = append(w.Owners, &sluicev1.OwnerReference{Name: fmt.Sprint(i % 10), Uid: "u", Controller: true})
+			}
+		},
+		"tiny pod sets": func(w *sluicev1.Workload) {
+			w.PodSets = nil
+			for i := range maxPodSets {
+				w.PodSets = append(w.PodSets, &sluicev1.PodSet{Name: string(rune('a' + i)), Count: 1})
+			}
+		},
+		"escaped annotations": func(w *sluicev1.Workload) {
+			w.PodSets[0].Annotations = map[string]string{"k": strings.Repeat("<\x01", 4096)}
+		},
+	}
+	for name, mutate := range shapes {
+		t.Run(name, func(t *testing.T) {
+			p := validProto()
+			mutate(p)
+			wl, err := FromProto(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, err := json.Marshal(wl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if limit := 16*proto.Size(p) + jsonEnvelopeBytes; len(data) >= limit {
+				t.Errorf("JSON %d bytes from a proto of %d: not under 16 times plus the envelope (%d)", len(data), proto.Size(p), limit)
+			}
+		})
 	}
 }
