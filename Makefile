@@ -113,11 +113,11 @@ unit: ## Unit tests (no control plane; every fuzz target's seed corpus), and one
 # The fuzz targets, each fuzzed for FUZZTIME by `make fuzz`. `make test`
 # runs their seed corpora, as plain tests: fuzzing needs every dependency
 # compiled again with coverage instrumentation, minutes with a cold cache.
-FUZZ_TARGETS := FuzzParseTotalCount:./pkg/podgroup/ FuzzParseSets:./pkg/podgroup/ FuzzCompute:./pkg/rolehash/ FuzzEvaluateResponse:./pkg/checkvalidate/
+FUZZ_TARGETS := FuzzParseTotalCount:./pkg/podgroup/ FuzzParseSets:./pkg/podgroup/ FuzzCompute:./pkg/rolehash/ FuzzEvaluateResponse:./pkg/checkvalidate/ FuzzTree:./services/admitter/internal/quota/
 FUZZTIME ?= 60s
 
 .PHONY: fuzz
-fuzz: ## Fuzz the parsers, the role hash and the check-answer validation, each for FUZZTIME (60s).
+fuzz: ## Fuzz the parsers, the role hash, the check-answer validation and the cohort quota arithmetic, each for FUZZTIME (60s).
 	@for t in $(FUZZ_TARGETS); do \
 		echo "fuzz $${t%%:*} for $(FUZZTIME)"; \
 		$(GO) test -run '^$$' -fuzz "^$${t%%:*}$$" -fuzztime $(FUZZTIME) "$${t#*:}" || exit 1; \

@@ -1,6 +1,7 @@
 // Package quota is the admitter's quota arithmetic: how much a workload
-// holds per flavor and resource, and which flavor each of its pod sets fits
-// in given what a ClusterQueue has already handed out.
+// holds per flavor and resource, which flavor each of its pod sets fits
+// in given what a ClusterQueue has already handed out, and (Tree) what
+// ClusterQueues sharing quota through a tree of Cohorts may take and lend.
 package quota
 
 import (
