@@ -8,7 +8,6 @@ package harness
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path"
@@ -65,15 +64,10 @@ func goBuild(ctx context.Context, out string, tags []string, pkgs ...string) err
 	return nil
 }
 
-// FreeAddr returns a loopback host:port that nothing listens on right now.
-func FreeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("finding a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
+// FreeAddr returns a loopback host:port that nothing listens on right
+// now, out of the range outbound connections take theirs from (see
+// testenv.FreePort).
+func FreeAddr() (string, error) { return testenv.FreeAddr() }
 
 // Poll calls f until it returns nil or ctx ends; the error then carries
 // f's last complaint.

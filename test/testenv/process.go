@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -164,25 +163,13 @@ func allocatePorts(fixed Ports) (Ports, error) {
 		if *port != 0 {
 			continue
 		}
-		free, err := freePort()
+		free, err := FreePort()
 		if err != nil {
 			return p, err
 		}
 		*port = free
 	}
 	return p, nil
-}
-
-// freePort asks the kernel for an unused loopback port. Another process may
-// take it before the component binds it; Start then fails with the
-// component's "address already in use" in the error.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(loopback, "0"))
-	if err != nil {
-		return 0, fmt.Errorf("testenv: find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // waitUntil polls check until it succeeds, ctx ends, or one of procs exits.
