@@ -107,7 +107,7 @@ lint:
 .PHONY: unit
 unit: ## Unit tests (no control plane; every fuzz target's seed corpus), and one pass of each micro-benchmark so they keep working.
 	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v -e /test/)
-	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x ./services/admitter/internal/scheduler/ ./services/grouper/internal/fit/
+	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x ./services/admitter/internal/scheduler/ ./services/admitter/internal/quota/ ./services/grouper/internal/fit/
 	$(GO) test $(TEST_FLAGS) -tags sluice_crashpoints ./pkg/crashpoint/
 
 # The fuzz targets, each fuzzed for FUZZTIME by `make fuzz`. `make test`
