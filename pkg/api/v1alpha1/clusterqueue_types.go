@@ -33,8 +33,20 @@ const (
 )
 
 // ClusterQueueSpec is the quota a ClusterQueue hands out and how.
-// +kubebuilder:validation:XValidation:rule="self.resourceGroups.all(a, self.resourceGroups.all(b, a == b || a.coveredResources.all(r, !(r in b.coveredResources))))",message="a resource may be covered by one resource group only"
+// +kubebuilder:validation:XValidation:rule="!has(self.resourceGroups) || self.resourceGroups.all(a, self.resourceGroups.all(b, a == b || a.coveredResources.all(r, !(r in b.coveredResources))))",message="a resource may be covered by one resource group only"
+// +kubebuilder:validation:XValidation:rule="has(self.cohortName) || !has(self.resourceGroups) || self.resourceGroups.all(g, g.flavors.all(f, f.resources.all(r, !has(r.borrowingLimit) && !has(r.lendingLimit))))",message="borrowingLimit and lendingLimit need spec.cohortName: a ClusterQueue outside a cohort neither borrows nor lends"
 type ClusterQueueSpec struct {
+	// cohortName is the Cohort this queue shares quota in: it may borrow
+	// the unused quota of the cohort's other members (and of the Cohort's
+	// own pool), and lends them its own while it does not use it. The
+	// Cohort object is optional: a name no Cohort carries makes one
+	// without quota or parent. Empty means the queue neither borrows nor
+	// lends.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	CohortName string `json:"cohortName,omitempty"`
+
 	// resourceGroups list the quota, flavor by flavor, for groups of
 	// resources that are assigned together.
 	// +optional
@@ -204,10 +216,22 @@ type ResourceQuota struct {
 	// rules on int-or-string fields exceed the API server's cost budget.)
 	NominalQuota resource.Quantity `json:"nominalQuota"`
 
-	// borrowingLimit caps how much this queue may borrow from its cohort.
-	// Reserved for cohorts; not yet used.
+	// borrowingLimit caps how much more than its nominal quota this queue
+	// (or, on a Cohort, this cohort's subtree) may take from its parent
+	// cohort. Unset means no cap beyond what the cohort has unused. Only
+	// with a cohort (parentName on a Cohort).
 	// +optional
 	BorrowingLimit *resource.Quantity `json:"borrowingLimit,omitempty"`
+
+	// lendingLimit caps how much of the nominal quota (on a Cohort: of
+	// the subtree's quota) the parent cohort may lend to others; the rest
+	// is kept for this queue (or subtree) alone. Unset lends all of it
+	// while unused, so others may hold it when this queue wants it back.
+	// On a ClusterQueue it must not exceed nominalQuota; a queue whose
+	// lendingLimit does, is inactive. Only with a cohort (parentName on a
+	// Cohort).
+	// +optional
+	LendingLimit *resource.Quantity `json:"lendingLimit,omitempty"`
 }
 
 // ClusterQueueStatus reports what a ClusterQueue holds.
@@ -234,7 +258,9 @@ type ClusterQueueStatus struct {
 	AdmittedWorkloads int32 `json:"admittedWorkloads"`
 
 	// flavorsReservation is the quota held per flavor and resource,
-	// including workloads still waiting for their admission checks.
+	// including workloads still waiting for their admission checks, what
+	// of it is borrowed beyond the nominal quota, and what of the nominal
+	// quota others in the cohort hold.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
@@ -257,6 +283,16 @@ type ResourceUsage struct {
 	Name corev1.ResourceName `json:"name"`
 	// total quantity in use.
 	Total resource.Quantity `json:"total,omitempty"`
+	// borrowed is the part of total beyond the nominal quota, taken from
+	// the cohort (for a Cohort: beyond its subtree's quota, taken from its
+	// parent).
+	// +optional
+	Borrowed *resource.Quantity `json:"borrowed,omitempty"`
+	// lent is the part of the lendable quota (nominal quota beyond what a
+	// lendingLimit keeps) that others in the cohort hold: what is
+	// unavailable to this queue (or subtree) until they give it back.
+	// +optional
+	Lent *resource.Quantity `json:"lent,omitempty"`
 }
 
 // ClusterQueue condition types.
@@ -265,11 +301,17 @@ const (
 	ClusterQueueActive = "Active"
 )
 
+// ReasonCohortCycle is the Active condition's reason on ClusterQueues and
+// Cohorts whose chain of parents loops: their quota cannot be computed,
+// so nothing below the loop is admitted until it is broken.
+const ReasonCohortCycle = "CohortCycle"
+
 // +genclient
 // +genclient:nonNamespaced
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,shortName={cq},categories=sluice
+// +kubebuilder:printcolumn:name="Cohort",type=string,JSONPath=`.spec.cohortName`
 // +kubebuilder:printcolumn:name="Strategy",type=string,JSONPath=`.spec.queueingStrategy`,priority=1
 // +kubebuilder:printcolumn:name="Active",type=string,JSONPath=`.status.conditions[?(@.type=="Active")].status`
 // +kubebuilder:printcolumn:name="Pending",type=integer,JSONPath=`.status.pendingWorkloads`

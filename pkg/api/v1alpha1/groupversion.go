@@ -14,6 +14,7 @@ func AddToScheme(s *runtime.Scheme) error {
 	s.AddKnownTypes(GroupVersion,
 		&ResourceFlavor{}, &ResourceFlavorList{},
 		&ClusterQueue{}, &ClusterQueueList{},
+		&Cohort{}, &CohortList{},
 		&LocalQueue{}, &LocalQueueList{},
 		&AdmissionCheck{}, &AdmissionCheckList{},
 		&Workload{}, &WorkloadList{},

@@ -193,6 +193,11 @@ type PodSetAssignment struct {
 	// count of pods the quota is reserved for.
 	// +optional
 	Count *int32 `json:"count,omitempty"`
+	// borrowed is the part of resourceUsage that was beyond the
+	// ClusterQueue's nominal quota when the quota was reserved: taken from
+	// its cohort, in the flavor flavors names for the resource.
+	// +optional
+	Borrowed corev1.ResourceList `json:"borrowed,omitempty"`
 }
 
 // CheckState is the answer of an admission check.

@@ -14,6 +14,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -36,6 +37,9 @@ func TestMain(m *testing.M) {
 		if err := sluicev1alpha1.AddToScheme(scheme); err != nil {
 			return err
 		}
+		if err := apiextensionsv1.AddToScheme(scheme); err != nil {
+			return err
+		}
 		var err error
 		k8s, err = client.New(e.Config, client.Options{Scheme: scheme})
 		return err
@@ -52,6 +56,27 @@ func cpuGroup(flavor string, quotas ...sluicev1alpha1.ResourceQuota) sluicev1alp
 func quota(name corev1.ResourceName, q string) sluicev1alpha1.ResourceQuota {
 	return sluicev1alpha1.ResourceQuota{Name: name, NominalQuota: resource.MustParse(q)}
 }
+
+// limited is quota with a borrowingLimit and a lendingLimit; "" leaves a
+// limit unset.
+func limited(name corev1.ResourceName, q, borrowing, lending string) sluicev1alpha1.ResourceQuota {
+	rq := quota(name, q)
+	if borrowing != "" {
+		rq.BorrowingLimit = ptr.To(resource.MustParse(borrowing))
+	}
+	if lending != "" {
+		rq.LendingLimit = ptr.To(resource.MustParse(lending))
+	}
+	return rq
+}
+
+// The refusals of the cohort rules.
+const (
+	cqLimitsNeedCohort     = "borrowingLimit and lendingLimit need spec.cohortName"
+	cohortLimitsNeedParent = "borrowingLimit and lendingLimit need spec.parentName"
+	ownParent              = "spec.parentName: a Cohort cannot be its own parent"
+	oneGroupPerResource    = "a resource may be covered by one resource group only"
+)
 
 func TestClusterQueueSchema(t *testing.T) {
 	cpuOnly := []sluicev1alpha1.ResourceGroup{cpuGroup("default", quota(corev1.ResourceCPU, "8"))}
@@ -79,7 +104,82 @@ func TestClusterQueueSchema(t *testing.T) {
 				cpuGroup("a", quota(corev1.ResourceCPU, "1")),
 				cpuGroup("b", quota(corev1.ResourceCPU, "1")),
 			}},
-			wantErr: []string{"a resource may be covered by one resource group only"},
+			wantErr: []string{oneGroupPerResource},
+		},
+		{
+			name: "borrowingLimit without a cohort",
+			spec: sluicev1alpha1.ClusterQueueSpec{ResourceGroups: []sluicev1alpha1.ResourceGroup{
+				cpuGroup("default", limited(corev1.ResourceCPU, "4", "2", "")),
+			}},
+			wantErr: []string{"spec: Invalid value", cqLimitsNeedCohort},
+		},
+		{
+			name: "lendingLimit without a cohort",
+			spec: sluicev1alpha1.ClusterQueueSpec{ResourceGroups: []sluicev1alpha1.ResourceGroup{
+				cpuGroup("default", limited(corev1.ResourceCPU, "4", "", "1")),
+			}},
+			wantErr: []string{"spec: Invalid value", cqLimitsNeedCohort},
+		},
+		{
+			name: "a limit in a later group without a cohort",
+			spec: sluicev1alpha1.ClusterQueueSpec{ResourceGroups: []sluicev1alpha1.ResourceGroup{
+				cpuGroup("default", quota(corev1.ResourceCPU, "4")),
+				{
+					CoveredResources: []corev1.ResourceName{corev1.ResourceMemory},
+					Flavors:          []sluicev1alpha1.FlavorQuotas{{Name: "default", Resources: []sluicev1alpha1.ResourceQuota{limited(corev1.ResourceMemory, "1Gi", "", "1Gi")}}},
+				},
+			}},
+			wantErr: []string{cqLimitsNeedCohort},
+		},
+		{
+			name: "both limits in a cohort",
+			spec: sluicev1alpha1.ClusterQueueSpec{CohortName: "research.org-a", ResourceGroups: []sluicev1alpha1.ResourceGroup{
+				cpuGroup("default", limited(corev1.ResourceCPU, "4", "2", "1")),
+			}},
+		},
+		{
+			// The schema does not compare lendingLimit with nominalQuota
+			// (CEL on quantities is beyond the cost budget): the admitter
+			// makes such a queue inactive instead.
+			name: "lendingLimit above nominalQuota in a cohort",
+			spec: sluicev1alpha1.ClusterQueueSpec{CohortName: "org", ResourceGroups: []sluicev1alpha1.ResourceGroup{
+				cpuGroup("default", limited(corev1.ResourceCPU, "1", "", "2")),
+			}},
+		},
+		{
+			name: "a cohort without limits",
+			spec: sluicev1alpha1.ClusterQueueSpec{CohortName: "org", ResourceGroups: cpuOnly},
+		},
+		{
+			name: "a cohort and no resource groups",
+			spec: sluicev1alpha1.ClusterQueueSpec{CohortName: "org"},
+		},
+		{
+			name: "no resource groups at all",
+			spec: sluicev1alpha1.ClusterQueueSpec{},
+		},
+		{
+			name:    "cohort name with an invalid character",
+			spec:    sluicev1alpha1.ClusterQueueSpec{CohortName: "team_a", ResourceGroups: cpuOnly},
+			wantErr: []string{"spec.cohortName", "should match"},
+		},
+		{
+			name:    "cohort name with upper case",
+			spec:    sluicev1alpha1.ClusterQueueSpec{CohortName: "TeamA", ResourceGroups: cpuOnly},
+			wantErr: []string{"spec.cohortName", "should match"},
+		},
+		{
+			name:    "cohort name too long",
+			spec:    sluicev1alpha1.ClusterQueueSpec{CohortName: strings.Repeat("a", 254), ResourceGroups: cpuOnly},
+			wantErr: []string{"spec.cohortName", "253"},
+		},
+		{
+			name: "a resource covered by two groups in a cohort",
+			spec: sluicev1alpha1.ClusterQueueSpec{CohortName: "org", ResourceGroups: []sluicev1alpha1.ResourceGroup{
+				cpuGroup("a", limited(corev1.ResourceCPU, "1", "1", "")),
+				cpuGroup("b", quota(corev1.ResourceCPU, "1")),
+			}},
+			wantErr: []string{oneGroupPerResource},
 		},
 		{
 			name:    "bad queueing strategy",
@@ -162,6 +262,176 @@ func TestClusterQueueSchema(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestCohortSchema(t *testing.T) {
+	pool := []sluicev1alpha1.ResourceGroup{cpuGroup("default", quota(corev1.ResourceCPU, "16"))}
+	cases := []struct {
+		name string
+		// objName names the Cohort; empty: a generated name.
+		objName string
+		spec    sluicev1alpha1.CohortSpec
+		wantErr []string // substrings the refusal must contain; none: accepted
+	}{
+		{name: "plain"},
+		{name: "own pool", spec: sluicev1alpha1.CohortSpec{ResourceGroups: pool}},
+		{name: "pool of two groups", spec: sluicev1alpha1.CohortSpec{ResourceGroups: []sluicev1alpha1.ResourceGroup{
+			cpuGroup("default", quota(corev1.ResourceCPU, "16")),
+			{
+				CoveredResources: []corev1.ResourceName{corev1.ResourceMemory},
+				Flavors:          []sluicev1alpha1.FlavorQuotas{{Name: "default", Resources: []sluicev1alpha1.ResourceQuota{quota(corev1.ResourceMemory, "64Gi")}}},
+			},
+		}}},
+		{name: "a parent", spec: sluicev1alpha1.CohortSpec{ParentName: "org"}},
+		{name: "limits under a parent", spec: sluicev1alpha1.CohortSpec{ParentName: "org", ResourceGroups: []sluicev1alpha1.ResourceGroup{
+			cpuGroup("default", limited(corev1.ResourceCPU, "4", "8", "2")),
+		}}},
+		{
+			name:    "borrowingLimit without a parent",
+			spec:    sluicev1alpha1.CohortSpec{ResourceGroups: []sluicev1alpha1.ResourceGroup{cpuGroup("default", limited(corev1.ResourceCPU, "4", "2", ""))}},
+			wantErr: []string{"spec: Invalid value", cohortLimitsNeedParent},
+		},
+		{
+			name:    "lendingLimit without a parent",
+			spec:    sluicev1alpha1.CohortSpec{ResourceGroups: []sluicev1alpha1.ResourceGroup{cpuGroup("default", limited(corev1.ResourceCPU, "4", "", "2"))}},
+			wantErr: []string{"spec: Invalid value", cohortLimitsNeedParent},
+		},
+		{
+			name:    "its own parent",
+			objName: "narcissus",
+			spec:    sluicev1alpha1.CohortSpec{ParentName: "narcissus"},
+			wantErr: []string{ownParent},
+		},
+		{
+			name:    "parent name with an invalid character",
+			spec:    sluicev1alpha1.CohortSpec{ParentName: "org/a"},
+			wantErr: []string{"spec.parentName", "should match"},
+		},
+		{
+			name: "a resource covered by two groups",
+			spec: sluicev1alpha1.CohortSpec{ResourceGroups: []sluicev1alpha1.ResourceGroup{
+				cpuGroup("a", quota(corev1.ResourceCPU, "1")),
+				cpuGroup("b", quota(corev1.ResourceCPU, "1")),
+			}},
+			wantErr: []string{oneGroupPerResource},
+		},
+		{
+			name: "flavor quota for a resource the group does not cover",
+			spec: sluicev1alpha1.CohortSpec{ResourceGroups: []sluicev1alpha1.ResourceGroup{
+				cpuGroup("default", quota(corev1.ResourceMemory, "1Gi")),
+			}},
+			wantErr: []string{"spec.resourceGroups[0]", "every flavor must list quota for exactly the resources in coveredResources"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			co := &sluicev1alpha1.Cohort{ObjectMeta: metav1.ObjectMeta{Name: tc.objName, GenerateName: "co-"}, Spec: tc.spec}
+			err := k8s.Create(ctx, co)
+			if err == nil {
+				t.Cleanup(func() { _ = k8s.Delete(context.Background(), co) })
+			}
+			if len(tc.wantErr) == 0 {
+				if err != nil {
+					t.Fatalf("valid Cohort refused: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("bad Cohort accepted: %+v", tc.spec)
+			}
+			for _, want := range tc.wantErr {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not mention %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+// TestCohortWithoutSpec: a Cohort is only a name to group queues under;
+// the rules on its spec hold when there is none.
+func TestCohortWithoutSpec(t *testing.T) {
+	ctx := context.Background()
+	co := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": sluicev1alpha1.GroupVersion.String(),
+		"kind":       "Cohort",
+		"metadata":   map[string]any{"generateName": "bare-"},
+	}}
+	if err := k8s.Create(ctx, co); err != nil {
+		t.Fatalf("a Cohort without spec refused: %v", err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), co) })
+	var got sluicev1alpha1.Cohort
+	if err := k8s.Get(ctx, client.ObjectKey{Name: co.GetName()}, &got); err != nil {
+		t.Fatalf("get %s: %v", co.GetName(), err)
+	}
+	if got.Spec.ParentName != "" || len(got.Spec.ResourceGroups) != 0 {
+		t.Fatalf("a Cohort created without spec reads back with %+v", got.Spec)
+	}
+}
+
+// TestEmptyCohortNameDoesNotUnlockLimits: a cohortName written out empty
+// (as kubectl apply sends a YAML "cohortName: """) is no cohort, so it
+// cannot carry limits either.
+func TestEmptyCohortNameDoesNotUnlockLimits(t *testing.T) {
+	ctx := context.Background()
+	cq := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": sluicev1alpha1.GroupVersion.String(),
+		"kind":       "ClusterQueue",
+		"metadata":   map[string]any{"generateName": "empty-cohort-"},
+		"spec": map[string]any{
+			"cohortName": "",
+			"resourceGroups": []any{map[string]any{
+				"coveredResources": []any{"cpu"},
+				"flavors": []any{map[string]any{"name": "default", "resources": []any{
+					map[string]any{"name": "cpu", "nominalQuota": "4", "borrowingLimit": "2"},
+				}}},
+			}},
+		},
+	}}
+	err := k8s.Create(ctx, cq)
+	if err == nil {
+		t.Cleanup(func() { _ = k8s.Delete(context.Background(), cq) })
+		t.Fatalf("a ClusterQueue with an empty cohortName and a borrowingLimit was accepted: %v", cq.Object["spec"])
+	}
+	// Refused by the pattern today; by the limits rule were "" allowed.
+	if !strings.Contains(err.Error(), "spec.cohortName") && !strings.Contains(err.Error(), cqLimitsNeedCohort) {
+		t.Fatalf("refusal %q names neither spec.cohortName nor the limits rule", err)
+	}
+}
+
+// TestPrinterColumns: kubectl get shows the cohort of a ClusterQueue, and a
+// Cohort's parent and whether it is active.
+func TestPrinterColumns(t *testing.T) {
+	ctx := context.Background()
+	for crd, want := range map[string]map[string]string{
+		"clusterqueues.sluice.dev": {"Cohort": ".spec.cohortName"},
+		"cohorts.sluice.dev": {
+			"Parent": ".spec.parentName",
+			"Active": `.status.conditions[?(@.type=="Active")].status`,
+			"Age":    ".metadata.creationTimestamp",
+		},
+	} {
+		var got apiextensionsv1.CustomResourceDefinition
+		if err := k8s.Get(ctx, client.ObjectKey{Name: crd}, &got); err != nil {
+			t.Fatalf("get CRD %s: %v", crd, err)
+		}
+		columns := map[string]string{}
+		for _, v := range got.Spec.Versions {
+			if v.Name != sluicev1alpha1.GroupVersion.Version {
+				continue
+			}
+			for _, c := range v.AdditionalPrinterColumns {
+				columns[c.Name] = c.JSONPath
+			}
+		}
+		for name, path := range want {
+			if columns[name] != path {
+				t.Errorf("%s: printer column %s has JSONPath %q, want %q (columns %v)", crd, name, columns[name], path, columns)
+			}
+		}
 	}
 }
 
