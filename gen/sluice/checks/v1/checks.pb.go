@@ -923,7 +923,12 @@ type PodSet struct {
 	// labels of the pods (those of the first pod of the set).
 	Labels map[string]string `protobuf:"bytes,7,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// annotations of the pods (those of the first pod of the set).
-	Annotations   map[string]string `protobuf:"bytes,8,rep,name=annotations,proto3" json:"annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Annotations map[string]string `protobuf:"bytes,8,rep,name=annotations,proto3" json:"annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// borrowed maps each resource name to the part of the set's reservation
+	// (requests times count) beyond the ClusterQueue's nominal quota when
+	// it was reserved: quota its cohort lent, as a Kubernetes quantity.
+	// Empty when the set borrows nothing.
+	Borrowed      map[string]string `protobuf:"bytes,9,rep,name=borrowed,proto3" json:"borrowed,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1010,6 +1015,13 @@ func (x *PodSet) GetLabels() map[string]string {
 func (x *PodSet) GetAnnotations() map[string]string {
 	if x != nil {
 		return x.Annotations
+	}
+	return nil
+}
+
+func (x *PodSet) GetBorrowed() map[string]string {
+	if x != nil {
+		return x.Borrowed
 	}
 	return nil
 }
@@ -1542,7 +1554,7 @@ const file_sluice_checks_v1_checks_proto_rawDesc = "" +
 	"\x13priority_class_name\x18\a \x01(\tR\x11priorityClassName\x12;\n" +
 	"\vcreate_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x123\n" +
-	"\bpod_sets\x18\t \x03(\v2\x18.sluice.checks.v1.PodSetR\apodSets\"\x88\x06\n" +
+	"\bpod_sets\x18\t \x03(\v2\x18.sluice.checks.v1.PodSetR\apodSets\"\x89\a\n" +
 	"\x06PodSet\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x05R\x05count\x12B\n" +
@@ -1551,7 +1563,8 @@ const file_sluice_checks_v1_checks_proto_rawDesc = "" +
 	"\rnode_selector\x18\x05 \x03(\v2*.sluice.checks.v1.PodSet.NodeSelectorEntryR\fnodeSelector\x12>\n" +
 	"\vtolerations\x18\x06 \x03(\v2\x1c.sluice.checks.v1.TolerationR\vtolerations\x12<\n" +
 	"\x06labels\x18\a \x03(\v2$.sluice.checks.v1.PodSet.LabelsEntryR\x06labels\x12K\n" +
-	"\vannotations\x18\b \x03(\v2).sluice.checks.v1.PodSet.AnnotationsEntryR\vannotations\x1a;\n" +
+	"\vannotations\x18\b \x03(\v2).sluice.checks.v1.PodSet.AnnotationsEntryR\vannotations\x12B\n" +
+	"\bborrowed\x18\t \x03(\v2&.sluice.checks.v1.PodSet.BorrowedEntryR\bborrowed\x1a;\n" +
 	"\rRequestsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
@@ -1565,6 +1578,9 @@ const file_sluice_checks_v1_checks_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +
 	"\x10AnnotationsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
+	"\rBorrowedEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf7\x01\n" +
 	"\x10EvaluateResponse\x12-\n" +
@@ -1665,7 +1681,7 @@ func file_sluice_checks_v1_checks_proto_rawDescGZIP() []byte {
 }
 
 var file_sluice_checks_v1_checks_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_sluice_checks_v1_checks_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_sluice_checks_v1_checks_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_sluice_checks_v1_checks_proto_goTypes = []any{
 	(ContractRevision)(0),           // 0: sluice.checks.v1.ContractRevision
 	(Capability)(0),                 // 1: sluice.checks.v1.Capability
@@ -1692,19 +1708,20 @@ var file_sluice_checks_v1_checks_proto_goTypes = []any{
 	nil,                             // 22: sluice.checks.v1.PodSet.NodeSelectorEntry
 	nil,                             // 23: sluice.checks.v1.PodSet.LabelsEntry
 	nil,                             // 24: sluice.checks.v1.PodSet.AnnotationsEntry
-	nil,                             // 25: sluice.checks.v1.PodSetUpdate.LabelsEntry
-	nil,                             // 26: sluice.checks.v1.PodSetUpdate.AnnotationsEntry
-	nil,                             // 27: sluice.checks.v1.PodSetUpdate.NodeSelectorEntry
-	(*structpb.Struct)(nil),         // 28: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),   // 29: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),     // 30: google.protobuf.Duration
+	nil,                             // 25: sluice.checks.v1.PodSet.BorrowedEntry
+	nil,                             // 26: sluice.checks.v1.PodSetUpdate.LabelsEntry
+	nil,                             // 27: sluice.checks.v1.PodSetUpdate.AnnotationsEntry
+	nil,                             // 28: sluice.checks.v1.PodSetUpdate.NodeSelectorEntry
+	(*structpb.Struct)(nil),         // 29: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),   // 30: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),     // 31: google.protobuf.Duration
 }
 var file_sluice_checks_v1_checks_proto_depIdxs = []int32{
 	1,  // 0: sluice.checks.v1.GetProviderInfoResponse.capabilities:type_name -> sluice.checks.v1.Capability
 	0,  // 1: sluice.checks.v1.GetProviderInfoResponse.contract_revision:type_name -> sluice.checks.v1.ContractRevision
-	28, // 2: sluice.checks.v1.EvaluateRequest.parameters:type_name -> google.protobuf.Struct
+	29, // 2: sluice.checks.v1.EvaluateRequest.parameters:type_name -> google.protobuf.Struct
 	11, // 3: sluice.checks.v1.EvaluateRequest.workload:type_name -> sluice.checks.v1.Workload
-	29, // 4: sluice.checks.v1.Workload.create_time:type_name -> google.protobuf.Timestamp
+	30, // 4: sluice.checks.v1.Workload.create_time:type_name -> google.protobuf.Timestamp
 	12, // 5: sluice.checks.v1.Workload.pod_sets:type_name -> sluice.checks.v1.PodSet
 	20, // 6: sluice.checks.v1.PodSet.requests:type_name -> sluice.checks.v1.PodSet.RequestsEntry
 	21, // 7: sluice.checks.v1.PodSet.flavors:type_name -> sluice.checks.v1.PodSet.FlavorsEntry
@@ -1712,32 +1729,33 @@ var file_sluice_checks_v1_checks_proto_depIdxs = []int32{
 	15, // 9: sluice.checks.v1.PodSet.tolerations:type_name -> sluice.checks.v1.Toleration
 	23, // 10: sluice.checks.v1.PodSet.labels:type_name -> sluice.checks.v1.PodSet.LabelsEntry
 	24, // 11: sluice.checks.v1.PodSet.annotations:type_name -> sluice.checks.v1.PodSet.AnnotationsEntry
-	2,  // 12: sluice.checks.v1.EvaluateResponse.state:type_name -> sluice.checks.v1.State
-	30, // 13: sluice.checks.v1.EvaluateResponse.retry_after:type_name -> google.protobuf.Duration
-	14, // 14: sluice.checks.v1.EvaluateResponse.pod_set_updates:type_name -> sluice.checks.v1.PodSetUpdate
-	25, // 15: sluice.checks.v1.PodSetUpdate.labels:type_name -> sluice.checks.v1.PodSetUpdate.LabelsEntry
-	26, // 16: sluice.checks.v1.PodSetUpdate.annotations:type_name -> sluice.checks.v1.PodSetUpdate.AnnotationsEntry
-	27, // 17: sluice.checks.v1.PodSetUpdate.node_selector:type_name -> sluice.checks.v1.PodSetUpdate.NodeSelectorEntry
-	15, // 18: sluice.checks.v1.PodSetUpdate.tolerations:type_name -> sluice.checks.v1.Toleration
-	3,  // 19: sluice.checks.v1.Toleration.operator:type_name -> sluice.checks.v1.TolerationOperator
-	4,  // 20: sluice.checks.v1.Toleration.effect:type_name -> sluice.checks.v1.TaintEffect
-	28, // 21: sluice.checks.v1.ReleaseRequest.parameters:type_name -> google.protobuf.Struct
-	5,  // 22: sluice.checks.v1.ReleaseRequest.reason:type_name -> sluice.checks.v1.ReleaseReason
-	6,  // 23: sluice.checks.v1.IdentityService.GetProviderInfo:input_type -> sluice.checks.v1.GetProviderInfoRequest
-	8,  // 24: sluice.checks.v1.IdentityService.Probe:input_type -> sluice.checks.v1.ProbeRequest
-	10, // 25: sluice.checks.v1.CheckService.Evaluate:input_type -> sluice.checks.v1.EvaluateRequest
-	16, // 26: sluice.checks.v1.CheckService.Release:input_type -> sluice.checks.v1.ReleaseRequest
-	18, // 27: sluice.checks.v1.CheckService.WatchChanges:input_type -> sluice.checks.v1.WatchChangesRequest
-	7,  // 28: sluice.checks.v1.IdentityService.GetProviderInfo:output_type -> sluice.checks.v1.GetProviderInfoResponse
-	9,  // 29: sluice.checks.v1.IdentityService.Probe:output_type -> sluice.checks.v1.ProbeResponse
-	13, // 30: sluice.checks.v1.CheckService.Evaluate:output_type -> sluice.checks.v1.EvaluateResponse
-	17, // 31: sluice.checks.v1.CheckService.Release:output_type -> sluice.checks.v1.ReleaseResponse
-	19, // 32: sluice.checks.v1.CheckService.WatchChanges:output_type -> sluice.checks.v1.WatchChangesResponse
-	28, // [28:33] is the sub-list for method output_type
-	23, // [23:28] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	25, // 12: sluice.checks.v1.PodSet.borrowed:type_name -> sluice.checks.v1.PodSet.BorrowedEntry
+	2,  // 13: sluice.checks.v1.EvaluateResponse.state:type_name -> sluice.checks.v1.State
+	31, // 14: sluice.checks.v1.EvaluateResponse.retry_after:type_name -> google.protobuf.Duration
+	14, // 15: sluice.checks.v1.EvaluateResponse.pod_set_updates:type_name -> sluice.checks.v1.PodSetUpdate
+	26, // 16: sluice.checks.v1.PodSetUpdate.labels:type_name -> sluice.checks.v1.PodSetUpdate.LabelsEntry
+	27, // 17: sluice.checks.v1.PodSetUpdate.annotations:type_name -> sluice.checks.v1.PodSetUpdate.AnnotationsEntry
+	28, // 18: sluice.checks.v1.PodSetUpdate.node_selector:type_name -> sluice.checks.v1.PodSetUpdate.NodeSelectorEntry
+	15, // 19: sluice.checks.v1.PodSetUpdate.tolerations:type_name -> sluice.checks.v1.Toleration
+	3,  // 20: sluice.checks.v1.Toleration.operator:type_name -> sluice.checks.v1.TolerationOperator
+	4,  // 21: sluice.checks.v1.Toleration.effect:type_name -> sluice.checks.v1.TaintEffect
+	29, // 22: sluice.checks.v1.ReleaseRequest.parameters:type_name -> google.protobuf.Struct
+	5,  // 23: sluice.checks.v1.ReleaseRequest.reason:type_name -> sluice.checks.v1.ReleaseReason
+	6,  // 24: sluice.checks.v1.IdentityService.GetProviderInfo:input_type -> sluice.checks.v1.GetProviderInfoRequest
+	8,  // 25: sluice.checks.v1.IdentityService.Probe:input_type -> sluice.checks.v1.ProbeRequest
+	10, // 26: sluice.checks.v1.CheckService.Evaluate:input_type -> sluice.checks.v1.EvaluateRequest
+	16, // 27: sluice.checks.v1.CheckService.Release:input_type -> sluice.checks.v1.ReleaseRequest
+	18, // 28: sluice.checks.v1.CheckService.WatchChanges:input_type -> sluice.checks.v1.WatchChangesRequest
+	7,  // 29: sluice.checks.v1.IdentityService.GetProviderInfo:output_type -> sluice.checks.v1.GetProviderInfoResponse
+	9,  // 30: sluice.checks.v1.IdentityService.Probe:output_type -> sluice.checks.v1.ProbeResponse
+	13, // 31: sluice.checks.v1.CheckService.Evaluate:output_type -> sluice.checks.v1.EvaluateResponse
+	17, // 32: sluice.checks.v1.CheckService.Release:output_type -> sluice.checks.v1.ReleaseResponse
+	19, // 33: sluice.checks.v1.CheckService.WatchChanges:output_type -> sluice.checks.v1.WatchChangesResponse
+	29, // [29:34] is the sub-list for method output_type
+	24, // [24:29] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_sluice_checks_v1_checks_proto_init() }
@@ -1752,7 +1770,7 @@ func file_sluice_checks_v1_checks_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_checks_v1_checks_proto_rawDesc), len(file_sluice_checks_v1_checks_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -158,7 +158,7 @@ func New(cfg Config) *Admitter {
 	locks := store.NewLocks()
 	a.reporter = queuestatus.New(queuestatus.Config{
 		Client: cfg.Client, Reader: cfg.Cache, Recorder: cfg.Recorder, Metrics: cfg.Metrics,
-		Statuses: a.sched.Statuses, Interval: cfg.StatusInterval, EventInterval: cfg.EventInterval,
+		Statuses: a.sched.Statuses, CohortStatuses: a.sched.CohortStatuses, Interval: cfg.StatusInterval, EventInterval: cfg.EventInterval,
 	})
 	a.releases = releases.New(releases.Config{
 		Checks: cfg.Checks, Check: a.sched.Check, Workers: cfg.ReleaseWorkers,
@@ -228,6 +228,9 @@ func (a *Admitter) Watch(ctx context.Context) error {
 				a.sched.DeleteClusterQueue(name)
 				a.setPolicy(name, nil)
 			})},
+		{&v1alpha1.Cohort{}, a.schedulerHandler(
+			func(obj any) { a.sched.SetCohort(obj.(*v1alpha1.Cohort)) },
+			func(obj any) { a.sched.DeleteCohort(obj.(*v1alpha1.Cohort).Name) })},
 		{&v1alpha1.LocalQueue{}, a.schedulerHandler(
 			func(obj any) { a.sched.SetLocalQueue(obj.(*v1alpha1.LocalQueue)) },
 			func(obj any) { a.sched.DeleteLocalQueue(client.ObjectKeyFromObject(obj.(*v1alpha1.LocalQueue))) })},

@@ -121,6 +121,12 @@ func (a *Admitter) syncQueues(ctx context.Context) {
 			a.sched.SetClusterQueue(&cqs.Items[i])
 		}
 	}
+	var cohorts v1alpha1.CohortList
+	if err := a.cfg.Cache.List(ctx, &cohorts, client.UnsafeDisableDeepCopy); err == nil {
+		for i := range cohorts.Items {
+			a.sched.SetCohort(&cohorts.Items[i])
+		}
+	}
 	var lqs v1alpha1.LocalQueueList
 	if err := a.cfg.Cache.List(ctx, &lqs, client.UnsafeDisableDeepCopy); err == nil {
 		for i := range lqs.Items {

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,6 +15,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/crashpoint"
 	"github.com/sluice-dev/sluice/pkg/podset"
 	"github.com/sluice-dev/sluice/services/admitter/internal/checks"
+	"github.com/sluice-dev/sluice/services/admitter/internal/quota"
 	"github.com/sluice-dev/sluice/services/admitter/internal/scheduler"
 	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
 )
@@ -44,7 +48,7 @@ func (w *Writer) Reserve(ctx context.Context, r scheduler.Reservation, id string
 	}
 	gen := wl.Generation
 	workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadQuotaReserved, metav1.ConditionTrue, v1alpha1.ReasonQuotaReserved,
-		"Quota reserved in ClusterQueue "+cq, gen)
+		ReservedMessage(r.ClusterQueue, r.Assignment), gen)
 	if c := workload.Condition(wl, v1alpha1.WorkloadEvicted); c != nil && c.Status == metav1.ConditionTrue {
 		workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadEvicted, metav1.ConditionFalse, v1alpha1.ReasonQuotaReserved,
 			"Quota reserved again after the eviction", gen)
@@ -149,4 +153,27 @@ func RequeueCount(wl *v1alpha1.Workload) int32 {
 		return *rs.Count
 	}
 	return 0
+}
+
+// ReservedMessage is the QuotaReserved condition's message: where the
+// quota is reserved and, when the queue borrows, what from which cohort.
+func ReservedMessage(cq *v1alpha1.ClusterQueue, asg quota.Assignment) string {
+	msg := "Quota reserved in ClusterQueue " + cq.Name
+	if !asg.Borrowing {
+		return msg
+	}
+	borrowed := quota.Usage{}
+	for _, ps := range asg.PodSets {
+		for res, q := range ps.Borrowed {
+			borrowed.AddQuantity(ps.Flavors[res], res, q)
+		}
+	}
+	var parts []string
+	for _, flavor := range slices.Sorted(maps.Keys(borrowed)) {
+		for _, res := range slices.Sorted(maps.Keys(borrowed[flavor])) {
+			q := borrowed[flavor][res]
+			parts = append(parts, fmt.Sprintf("%s %s in flavor %s", q.String(), res, flavor))
+		}
+	}
+	return msg + ", borrowing " + strings.Join(parts, ", ") + " from Cohort " + cq.Spec.CohortName
 }

@@ -1,6 +1,6 @@
 // Package queuestatus reports what the scheduler knows of each queue: the
-// status of every ClusterQueue and LocalQueue (Active condition, workload
-// counts, quota reserved per flavor), written at most once per interval
+// status of every ClusterQueue, Cohort and LocalQueue (Active condition,
+// workload counts, quota reserved, borrowed and lent per flavor), written at most once per interval
 // and only when it differs; the per-ClusterQueue gauges, whose series are
 // deleted with their queue; and one summary Event per ClusterQueue and
 // interval for what it admitted, instead of one per workload.
@@ -40,6 +40,8 @@ type Config struct {
 	Metrics  *metrics.Metrics
 	// Statuses returns what the scheduler knows of every queue.
 	Statuses func() (map[string]scheduler.ClusterQueueStatus, map[types.NamespacedName]scheduler.LocalQueueStatus)
+	// CohortStatuses returns what the scheduler knows of every Cohort.
+	CohortStatuses func() map[string]scheduler.CohortStatus
 	// Interval is the least time between two status writes of one queue.
 	Interval time.Duration
 	// EventInterval is how often the summary Events are emitted.
@@ -119,6 +121,18 @@ func (r *Reporter) Report(ctx context.Context) {
 		want.Status.AdmittedWorkloads = s.Counts.Admitted
 		want.Status.FlavorsReservation = s.Flavors
 		r.patch(ctx, &cq, want, cq.Status, want.Status)
+	}
+	if r.cfg.CohortStatuses != nil {
+		for name, s := range r.cfg.CohortStatuses() {
+			var co v1alpha1.Cohort
+			if err := r.cfg.Reader.Get(ctx, client.ObjectKey{Name: name}, &co); err != nil {
+				continue
+			}
+			want := co.DeepCopy()
+			workload.SetCondition(&want.Status.Conditions, v1alpha1.ClusterQueueActive, conditionStatus(s.Active), s.Reason, s.Message, co.Generation)
+			want.Status.FlavorsReservation = s.Flavors
+			r.patch(ctx, &co, want, co.Status, want.Status)
+		}
 	}
 	for key, s := range lqs {
 		var lq v1alpha1.LocalQueue

@@ -115,17 +115,47 @@ func WorkloadUsage(wl *v1alpha1.Workload) Usage {
 	return u
 }
 
-// Quotas are the nominal quotas of a ClusterQueue per flavor and resource.
-func Quotas(cq *v1alpha1.ClusterQueue) Usage {
-	u := Usage{}
-	for _, rg := range cq.Spec.ResourceGroups {
+// QuotasOf is what resource groups (of a ClusterQueue or a Cohort)
+// declare, per FR, in a Tree's units.
+func QuotasOf(groups []v1alpha1.ResourceGroup) map[FR]Quota {
+	out := map[FR]Quota{}
+	for _, rg := range groups {
 		for _, f := range rg.Flavors {
 			for _, r := range f.Resources {
-				u.AddQuantity(f.Name, r.Name, r.NominalQuota)
+				q := Quota{Nominal: AmountOf(r.Name, r.NominalQuota)}
+				if r.BorrowingLimit != nil {
+					bl := AmountOf(r.Name, *r.BorrowingLimit)
+					q.BorrowingLimit = &bl
+				}
+				if r.LendingLimit != nil {
+					ll := AmountOf(r.Name, *r.LendingLimit)
+					q.LendingLimit = &ll
+				}
+				out[FR{Flavor: f.Name, Resource: r.Name}] = q
 			}
 		}
 	}
-	return u
+	return out
+}
+
+// Amounts is u in a Tree's units.
+func Amounts(u Usage) map[FR]int64 {
+	out := make(map[FR]int64, len(u))
+	for flavor, rl := range u {
+		for res, q := range rl {
+			out[FR{Flavor: flavor, Resource: res}] = AmountOf(res, q)
+		}
+	}
+	return out
+}
+
+// QuantityOf turns an amount in a Tree's units back into a Quantity of
+// res, in format.
+func QuantityOf(res corev1.ResourceName, amount int64, format resource.Format) resource.Quantity {
+	if res == corev1.ResourceCPU {
+		return *resource.NewMilliQuantity(amount, format)
+	}
+	return *resource.NewQuantity(amount, format)
 }
 
 // UnfitError says why a workload does not fit a ClusterQueue now.
@@ -149,10 +179,10 @@ type Assignment struct {
 	PodSets []v1alpha1.PodSetAssignment
 	// Usage is the quota the assignment takes.
 	Usage Usage
-	// Borrowing is true when the assignment takes more than the
-	// ClusterQueue's nominal quota. Assign never borrows while queues do
-	// not share quota in cohorts; the scheduler already orders heads that
-	// fit without borrowing first.
+	// Borrowing is true when the assignment takes the ClusterQueue beyond
+	// its nominal quota in some flavor and resource, which only a queue in
+	// a cohort can do; the scheduler admits heads that do not borrow
+	// first. Each pod set's borrowed field says how much.
 	Borrowing bool
 }
 
@@ -169,26 +199,30 @@ func (a Assignment) Flavors() []string {
 
 // Assign picks, for every pod set, the first flavor of each resource group
 // (in the group's order) in which every resource the pod set requests from
-// that group fits: requests x count must not exceed nominalQuota minus used
-// (and minus what earlier pod sets of the same workload took). flavors are
-// the existing ResourceFlavors by name; a flavor whose taints the pod set
-// does not tolerate, or whose node labels contradict its nodeSelector, is
-// skipped. A requested resource that no resource group covers makes the
-// workload unfit for good.
-func Assign(cq *v1alpha1.ClusterQueue, podSets []v1alpha1.PodSet, flavors map[string]*v1alpha1.ResourceFlavor, used Usage) (Assignment, error) {
+// that group fits: requests x count must not exceed what the tree says the
+// ClusterQueue can still take (its free quota, and what it may borrow from
+// its cohort), minus what earlier pod sets of the same workload took.
+// flavors are the existing ResourceFlavors by name; a flavor whose taints
+// the pod set does not tolerate, or whose node labels contradict its
+// nodeSelector, is skipped. A requested resource that no resource group
+// covers makes the workload unfit for good. tree must know cq.
+func Assign(cq *v1alpha1.ClusterQueue, podSets []v1alpha1.PodSet, flavors map[string]*v1alpha1.ResourceFlavor, tree *Tree) (Assignment, error) {
 	taken := Usage{}
 	out := Assignment{Usage: taken}
 	for _, ps := range podSets {
-		a, err := assignPodSet(cq, ps, flavors, used, taken)
+		a, err := assignPodSet(cq, ps, flavors, tree, taken)
 		if err != nil {
 			return Assignment{}, err
+		}
+		if len(a.Borrowed) > 0 {
+			out.Borrowing = true
 		}
 		out.PodSets = append(out.PodSets, a)
 	}
 	return out, nil
 }
 
-func assignPodSet(cq *v1alpha1.ClusterQueue, ps v1alpha1.PodSet, flavors map[string]*v1alpha1.ResourceFlavor, used, taken Usage) (v1alpha1.PodSetAssignment, error) {
+func assignPodSet(cq *v1alpha1.ClusterQueue, ps v1alpha1.PodSet, flavors map[string]*v1alpha1.ResourceFlavor, tree *Tree, taken Usage) (v1alpha1.PodSetAssignment, error) {
 	need := Times(ps.Template.Requests, ps.Count)
 	resources := slices.Sorted(maps.Keys(need))
 	// Group the requested resources by the resource group covering them,
@@ -216,16 +250,35 @@ func assignPodSet(cq *v1alpha1.ClusterQueue, ps v1alpha1.PodSet, flavors map[str
 		if len(groupResources) == 0 {
 			continue
 		}
-		flavor, reasons := pickFlavor(cq.Spec.ResourceGroups[g], groupResources, ps, need, flavors, used, taken)
+		flavor, reasons := pickFlavor(cq, cq.Spec.ResourceGroups[g], groupResources, ps, need, flavors, tree, taken)
 		if flavor == "" {
 			return v1alpha1.PodSetAssignment{}, &UnfitError{PodSet: ps.Name, Reasons: reasons}
 		}
 		for _, res := range groupResources {
 			a.Flavors[res] = flavor
-			taken.AddQuantity(flavor, res, need[res])
+			fr := FR{Flavor: flavor, Resource: res}
+			want := need[res]
+			if b := borrowedBy(tree, cq.Name, fr, AmountOf(res, taken.Get(flavor, res)), AmountOf(res, want)); b > 0 {
+				if a.Borrowed == nil {
+					a.Borrowed = corev1.ResourceList{}
+				}
+				a.Borrowed[res] = QuantityOf(res, b, want.Format)
+			}
+			taken.AddQuantity(flavor, res, want)
 		}
 	}
 	return a, nil
+}
+
+// borrowedBy is how much of amount, taken by the ClusterQueue cq after
+// before more of fr, lies beyond its nominal quota.
+func borrowedBy(tree *Tree, cq string, fr FR, before, amount int64) int64 {
+	if !tree.Borrowing(cq, fr, satAdd(before, amount)) {
+		return 0
+	}
+	used, nominal := tree.Usage(cq, fr), tree.Nominal(cq, fr)
+	over := func(extra int64) int64 { return max(0, satAdd(used, extra)-nominal) }
+	return over(satAdd(before, amount)) - over(before)
 }
 
 func groupOf(cq *v1alpha1.ClusterQueue, res corev1.ResourceName) int {
@@ -239,8 +292,8 @@ func groupOf(cq *v1alpha1.ClusterQueue, res corev1.ResourceName) int {
 
 // pickFlavor returns the first flavor of rg that fits, or "" and the
 // reasons each flavor was passed over.
-func pickFlavor(rg v1alpha1.ResourceGroup, resources []corev1.ResourceName, ps v1alpha1.PodSet, need corev1.ResourceList,
-	flavors map[string]*v1alpha1.ResourceFlavor, used, taken Usage) (string, []string) {
+func pickFlavor(cq *v1alpha1.ClusterQueue, rg v1alpha1.ResourceGroup, resources []corev1.ResourceName, ps v1alpha1.PodSet, need corev1.ResourceList,
+	flavors map[string]*v1alpha1.ResourceFlavor, tree *Tree, taken Usage) (string, []string) {
 	var reasons []string
 	for _, fq := range rg.Flavors {
 		if reason := flavorMismatch(fq.Name, ps, flavors); reason != "" {
@@ -249,14 +302,12 @@ func pickFlavor(rg v1alpha1.ResourceGroup, resources []corev1.ResourceName, ps v
 		}
 		fits := true
 		for _, res := range resources {
-			avail := nominal(fq, res)
-			avail.Sub(used.Get(fq.Name, res))
-			avail.Sub(taken.Get(fq.Name, res))
+			fr := FR{Flavor: fq.Name, Resource: res}
 			want := need[res]
-			if want.Cmp(avail) > 0 {
-				missing := want.DeepCopy()
-				missing.Sub(avail)
-				reasons = append(reasons, fmt.Sprintf("insufficient quota for %s in flavor %s, %s more needed", res, fq.Name, missing.String()))
+			wantAmount := AmountOf(res, want)
+			took := AmountOf(res, taken.Get(fq.Name, res))
+			if wantAmount > tree.Available(cq.Name, fr)-took {
+				reasons = append(reasons, Shortfall(cq.Name, fr, wantAmount, took, tree.Explain(cq.Name, fr), want.Format))
 				fits = false
 			}
 		}
@@ -267,13 +318,59 @@ func pickFlavor(rg v1alpha1.ResourceGroup, resources []corev1.ResourceName, ps v
 	return "", reasons
 }
 
-func nominal(fq v1alpha1.FlavorQuotas, res corev1.ResourceName) resource.Quantity {
-	for _, r := range fq.Resources {
-		if r.Name == res {
-			return r.NominalQuota.DeepCopy()
-		}
+// Shortfall says why the ClusterQueue cq cannot take want more of fr
+// after its workload's earlier pod sets took took: by how much it falls
+// short and, in a cohort, whether borrowing could cover it and what stops
+// it now. Amounts are in a Tree's units, shown in format.
+func Shortfall(cq string, fr FR, want, took int64, l Limits, format resource.Format) string {
+	show := func(v int64) string { q := QuantityOf(fr.Resource, v, format); return q.String() }
+	avail := max(0, l.Available-took)
+	msg := fmt.Sprintf("insufficient quota for %s in flavor %s, %s more needed", fr.Resource, fr.Flavor, show(want-avail))
+	switch l.Ever.Kind {
+	case CapNominal:
+		return msg
+	case CapCycle:
+		return msg + fmt.Sprintf(": ClusterQueue %s is below a loop of Cohorts (%s)", cq, l.Ever.Node)
 	}
-	return resource.Quantity{}
+	if potential := max(0, l.Potential-took); want > potential {
+		return msg + fmt.Sprintf(": ClusterQueue %s could take at most %s even with nothing else in use, %s", cq, show(potential), capText(l.Ever, show, false))
+	}
+	giveBack := satAdd(want, took) - l.Headroom
+	msg += fmt.Sprintf(": %s available with borrowing, %s; it fits once %s", show(avail), capText(l.Now, show, true), giveBackText(l.Now, show(giveBack)))
+	if l.Lent > 0 && satAdd(satAdd(l.Usage, took), want) <= l.Nominal {
+		msg += fmt.Sprintf(" (others hold %s of the queue's nominal quota, lent while it was unused)", show(l.Lent))
+	}
+	return msg
+}
+
+// giveBackText says what must be given back for amount more to fit.
+func giveBackText(c Cap, amount string) string {
+	if c.Kind == CapBorrowingLimit {
+		kind := "ClusterQueue"
+		if c.Cohort {
+			kind = "Cohort"
+		}
+		return fmt.Sprintf("%s %s holds %s less", kind, c.Node, amount)
+	}
+	return fmt.Sprintf("%s more of Cohort %s's quota is given back", amount, c.Node)
+}
+
+// capText names what caps a ClusterQueue's take of an FR.
+func capText(c Cap, show func(int64) string, now bool) string {
+	kind := "ClusterQueue"
+	if c.Cohort {
+		kind = "Cohort"
+	}
+	switch c.Kind {
+	case CapBorrowingLimit:
+		return fmt.Sprintf("as %s %s may borrow at most %s (borrowingLimit)", kind, c.Node, show(c.Limit))
+	case CapPool:
+		if now {
+			return fmt.Sprintf("as Cohort %s's pool has %s of its %s in use", c.Node, show(c.InUse), show(c.Limit))
+		}
+		return fmt.Sprintf("as Cohort %s's pool holds %s in all", c.Node, show(c.Limit))
+	}
+	return ""
 }
 
 // flavorMismatch says why the pod set cannot use the flavor at all, or "".

@@ -50,6 +50,14 @@ func flavorObjects(names ...string) map[string]*v1alpha1.ResourceFlavor {
 
 var cpuMem = []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory}
 
+// treeOf is a Tree holding cq alone, with used in use.
+func treeOf(cq *v1alpha1.ClusterQueue, used Usage) *Tree {
+	t := NewTree()
+	t.SetClusterQueue(cq.Name, cq.Spec.CohortName, QuotasOf(cq.Spec.ResourceGroups))
+	t.AddUsage(cq.Name, Amounts(used))
+	return t
+}
+
 func TestAssign(t *testing.T) {
 	tests := []struct {
 		name        string
@@ -166,11 +174,7 @@ func TestAssign(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			used := tc.used
-			if used == nil {
-				used = Usage{}
-			}
-			got, err := Assign(tc.cq, tc.podSets, tc.flavors, used)
+			got, err := Assign(tc.cq, tc.podSets, tc.flavors, treeOf(tc.cq, tc.used))
 			if tc.wantErr != "" {
 				var unfit *UnfitError
 				if !errors.As(err, &unfit) {
@@ -207,7 +211,7 @@ func TestAssign(t *testing.T) {
 
 func TestAssignRecordsUsage(t *testing.T) {
 	cq := clusterQueue(group(cpuMem, flavorQuota("default", "cpu", "8", "memory", "8Gi")))
-	got, err := Assign(cq, []v1alpha1.PodSet{podSet("main", 3, rl("cpu", "500m", "memory", "1Gi"))}, flavorObjects("default"), Usage{})
+	got, err := Assign(cq, []v1alpha1.PodSet{podSet("main", 3, rl("cpu", "500m", "memory", "1Gi"))}, flavorObjects("default"), treeOf(cq, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +250,7 @@ func TestFlavorTaintsAndSelectors(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.template.Requests = rl("cpu", "1")
-			got, err := Assign(cq, []v1alpha1.PodSet{{Name: "main", Count: 1, Template: tc.template}}, flavors, Usage{})
+			got, err := Assign(cq, []v1alpha1.PodSet{{Name: "main", Count: 1, Template: tc.template}}, flavors, treeOf(cq, nil))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -303,11 +307,11 @@ func TestReclaimFreesRoomForAnother(t *testing.T) {
 	}
 	cq := clusterQueue(group([]corev1.ResourceName{"cpu"}, flavorQuota("default", "cpu", "2")))
 	next := []v1alpha1.PodSet{podSet("main", 1, rl("cpu", "1"))}
-	if _, err := Assign(cq, next, flavorObjects("default"), WorkloadUsage(running)); err == nil {
+	if _, err := Assign(cq, next, flavorObjects("default"), treeOf(cq, WorkloadUsage(running))); err == nil {
 		t.Fatal("Assign succeeded while the quota is fully used")
 	}
 	running.Status.ReclaimablePods = []v1alpha1.ReclaimablePod{{Name: "main", Count: 1}}
-	if _, err := Assign(cq, next, flavorObjects("default"), WorkloadUsage(running)); err != nil {
+	if _, err := Assign(cq, next, flavorObjects("default"), treeOf(cq, WorkloadUsage(running))); err != nil {
 		t.Fatalf("Assign after a pod was reclaimed: %v", err)
 	}
 }

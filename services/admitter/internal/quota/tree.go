@@ -4,6 +4,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -107,6 +108,7 @@ type cohortSpec struct {
 
 // node is a ClusterQueue or a Cohort.
 type node struct {
+	name       string
 	isCohort   bool
 	parentName string
 	quotas     map[FR]Quota
@@ -139,12 +141,18 @@ func NewTree() *Tree {
 func (t *Tree) SetClusterQueue(name, cohort string, quotas map[FR]Quota) {
 	cq := t.clusterQueues[name]
 	if cq == nil {
-		cq = &node{usage: map[FR]int64{}}
+		cq = &node{name: name, usage: map[FR]int64{}}
 		t.clusterQueues[name] = cq
 	}
 	cq.parentName = cohort
 	cq.quotas = sanitized(quotas)
 	t.rebuild()
+}
+
+// HasClusterQueue reports whether the ClusterQueue name is in the tree.
+func (t *Tree) HasClusterQueue(name string) bool {
+	_, ok := t.clusterQueues[name]
+	return ok
 }
 
 // DeleteClusterQueue removes the ClusterQueue name and the usage it holds.
@@ -257,6 +265,14 @@ func (t *Tree) Usage(cq string, fr FR) int64 {
 	return 0
 }
 
+// Nominal is the ClusterQueue cq's nominal quota of fr.
+func (t *Tree) Nominal(cq string, fr FR) int64 {
+	if n := t.clusterQueues[cq]; n != nil {
+		return n.quotas[fr].Nominal
+	}
+	return 0
+}
+
 // Borrowed is how much of fr the ClusterQueue cq holds beyond its nominal
 // quota; 0 for a ClusterQueue without cohort.
 func (t *Tree) Borrowed(cq string, fr FR) int64 {
@@ -310,6 +326,243 @@ func (t *Tree) CohortSubtreeQuota(cohort string, fr FR) int64 {
 	return 0
 }
 
+// Root is the name of the root Cohort of the tree the ClusterQueue cq is
+// in; "" when cq has no cohort. Below a loop of Cohorts, it is the first
+// of the loop's members by name.
+func (t *Tree) Root(cq string) string {
+	n := t.clusterQueues[cq]
+	if n == nil || n.parentName == "" {
+		return ""
+	}
+	return t.CohortRoot(n.parentName)
+}
+
+// CohortRoot is the name of the root Cohort of the tree the Cohort cohort
+// is in (cohort itself for a root, or a Cohort not known). Below a loop,
+// it is the first of the loop's members by name.
+func (t *Tree) CohortRoot(cohort string) string {
+	n := t.cohorts[cohort]
+	if n == nil {
+		return cohort
+	}
+	if n.cycle != nil {
+		return n.cycle[0]
+	}
+	for n.parent != nil {
+		n = n.parent
+	}
+	return n.name
+}
+
+// ClusterQueuesUnder returns the names of the ClusterQueues in the subtree
+// of the Cohort cohort, sorted. Below a loop, ask for a loop member: the
+// loop's subtrees are returned together.
+func (t *Tree) ClusterQueuesUnder(cohort string) []string {
+	c := t.cohorts[cohort]
+	if c == nil {
+		return nil
+	}
+	var out []string
+	var walk func(n *node)
+	walk = func(n *node) {
+		for _, ch := range n.children {
+			if ch.isCohort {
+				walk(ch)
+			} else {
+				out = append(out, ch.name)
+			}
+		}
+	}
+	if c.inLoop {
+		for _, m := range c.cycle {
+			walk(t.cohorts[m])
+		}
+	} else {
+		walk(c)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// CohortCycle returns the sorted names of the Cohorts forming the loop
+// that the Cohort cohort's parent chain runs into, or nil.
+func (t *Tree) CohortCycle(cohort string) []string {
+	if n := t.cohorts[cohort]; n != nil {
+		return slices.Clone(n.cycle)
+	}
+	return nil
+}
+
+// Cohorts returns the names of every Cohort, explicit or implicit, sorted.
+func (t *Tree) Cohorts() []string {
+	return slices.Sorted(maps.Keys(t.cohorts))
+}
+
+// CohortFRs returns the FRs a Cohort's pool counts (its own quota, what
+// its members lend it, what they hold in it), sorted by flavor then
+// resource.
+func (t *Tree) CohortFRs(cohort string) []FR {
+	n := t.cohorts[cohort]
+	if n == nil {
+		return nil
+	}
+	set := map[FR]bool{}
+	for fr := range n.subtreeQuota {
+		set[fr] = true
+	}
+	for fr := range n.usage {
+		set[fr] = true
+	}
+	return slices.SortedFunc(maps.Keys(set), compareFR)
+}
+
+// CohortTotals is, per FR, how much the ClusterQueues in the subtree of the
+// Cohort cohort hold (the loop's other members' subtrees not included).
+func (t *Tree) CohortTotals(cohort string) map[FR]int64 {
+	out := map[FR]int64{}
+	var walk func(n *node)
+	walk = func(n *node) {
+		for _, ch := range n.children {
+			if ch.isCohort {
+				walk(ch)
+				continue
+			}
+			for fr, v := range ch.usage {
+				out[fr] = satAdd(out[fr], v)
+			}
+		}
+	}
+	if c := t.cohorts[cohort]; c != nil {
+		walk(c)
+	}
+	return out
+}
+
+// CohortBorrowed is how much of fr the Cohort cohort's subtree takes from
+// its parent beyond its own pool; 0 for a Cohort without usable parent.
+func (t *Tree) CohortBorrowed(cohort string, fr FR) int64 {
+	n := t.cohorts[cohort]
+	if n == nil || n.parent == nil {
+		return 0
+	}
+	return max(0, n.usage[fr]-n.subtreeQuota[fr])
+}
+
+func compareFR(a, b FR) int {
+	if a.Flavor != b.Flavor {
+		return strings.Compare(a.Flavor, b.Flavor)
+	}
+	return strings.Compare(string(a.Resource), string(b.Resource))
+}
+
+// CapKind is what caps how much of an FR a ClusterQueue can take.
+type CapKind int
+
+const (
+	// CapNominal: the queue has no cohort; its nominal quota is all.
+	CapNominal CapKind = iota
+	// CapPool: the pool of the root Cohort Node is all there is.
+	CapPool
+	// CapBorrowingLimit: the borrowingLimit of Node (a ClusterQueue or a
+	// Cohort) stops the borrowing.
+	CapBorrowingLimit
+	// CapCycle: the queue is below a loop of Cohorts.
+	CapCycle
+)
+
+// Cap says what caps how much of an FR a ClusterQueue can take.
+type Cap struct {
+	Kind CapKind
+	// Node is the ClusterQueue or Cohort the cap belongs to; Cohort tells
+	// which of the two it is.
+	Node   string
+	Cohort bool
+	// Limit is the nominal quota (CapNominal), the pool's size (CapPool)
+	// or the borrowingLimit (CapBorrowingLimit); InUse what is held of
+	// the quota or pool.
+	Limit, InUse int64
+}
+
+// Limits explain Available and PotentialAvailable: what caps each.
+type Limits struct {
+	Available, Potential int64
+	// Headroom is Available before the parts that come from cohorts are
+	// clamped at 0: negative by how far a pool or a borrowingLimit is
+	// over-used (after quota or limits shrank), so that what must be given
+	// back for a request to fit is request − Headroom.
+	Headroom int64
+	// Now caps Available; Ever caps Potential.
+	Now, Ever Cap
+	// Nominal and Usage are the ClusterQueue's own; Lent is Tree.Lent.
+	Nominal, Usage, Lent int64
+}
+
+// Explain says how much of fr the ClusterQueue cq can take, now and at
+// most, and what caps each. When two caps give the same figure, the one
+// nearer the queue is named.
+func (t *Tree) Explain(cq string, fr FR) Limits {
+	n := t.clusterQueues[cq]
+	if n == nil {
+		return Limits{}
+	}
+	l := Limits{Nominal: n.quotas[fr].Nominal, Usage: n.usage[fr], Lent: n.lent(fr)}
+	if n.cycle != nil {
+		c := Cap{Kind: CapCycle, Node: n.cycle[0], Cohort: true}
+		l.Now, l.Ever = c, c
+		return l
+	}
+	var avail, potential int64
+	avail, l.Headroom, l.Now = n.availableCap(fr)
+	potential, l.Ever = n.potentialCap(fr)
+	l.Available, l.Potential = max(0, avail), max(0, potential)
+	return l
+}
+
+// availableCap is available; the same figure without clamping what comes
+// from the parent at 0 (see Limits.Headroom); and what caps it, the cap
+// whose unclamped figure is lowest.
+func (n *node) availableCap(fr FR) (int64, int64, Cap) {
+	if n.parent == nil {
+		c := Cap{Kind: CapPool, Node: n.name, Cohort: n.isCohort, Limit: n.subtreeQuota[fr], InUse: n.usage[fr]}
+		if !n.isCohort {
+			c.Kind = CapNominal
+		}
+		v := n.subtreeQuota[fr] - n.usage[fr]
+		return v, v, c
+	}
+	fromParent, rawFromParent, c := n.parent.availableCap(fr)
+	if bl := n.quotas[fr].BorrowingLimit; bl != nil {
+		capped := satAdd(n.lendable(fr)-n.usageInParent(fr), *bl)
+		fromParent = min(fromParent, capped)
+		if capped <= rawFromParent {
+			rawFromParent = capped
+			c = Cap{Kind: CapBorrowingLimit, Node: n.name, Cohort: n.isCohort, Limit: *bl, InUse: n.usage[fr]}
+		}
+	}
+	localFree := max(0, n.localQuota(fr)-n.usage[fr])
+	return satAdd(localFree, max(0, fromParent)), satAdd(localFree, rawFromParent), c
+}
+
+// potentialCap is potentialAvailable, with what caps it.
+func (n *node) potentialCap(fr FR) (int64, Cap) {
+	if n.parent == nil {
+		c := Cap{Kind: CapPool, Node: n.name, Cohort: n.isCohort, Limit: n.subtreeQuota[fr]}
+		if !n.isCohort {
+			c.Kind = CapNominal
+		}
+		return n.subtreeQuota[fr], c
+	}
+	fromParent, c := n.parent.potentialCap(fr)
+	p := satAdd(n.localQuota(fr), fromParent)
+	if bl := n.quotas[fr].BorrowingLimit; bl != nil {
+		if capped := satAdd(n.subtreeQuota[fr], *bl); capped <= p {
+			p = capped
+			c = Cap{Kind: CapBorrowingLimit, Node: n.name, Cohort: n.isCohort, Limit: *bl}
+		}
+	}
+	return p, c
+}
+
 // Cycle returns the sorted names of the Cohorts forming the loop that the
 // ClusterQueue cq's cohort chain runs into, or nil when there is none.
 func (t *Tree) Cycle(cq string) []string {
@@ -354,7 +607,7 @@ func (t *Tree) rebuild() {
 func (t *Tree) cohort(name string) *node {
 	n := t.cohorts[name]
 	if n == nil {
-		n = &node{isCohort: true}
+		n = &node{name: name, isCohort: true}
 		t.cohorts[name] = n
 	}
 	return n

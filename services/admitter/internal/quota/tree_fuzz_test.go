@@ -389,6 +389,10 @@ func (h *harness) checkFigures() {
 			h.expect("PotentialAvailable", q, fr, h.tree.PotentialAvailable(q, fr), h.ref.cqPotential(q, fr))
 			h.expect("Borrowed", q, fr, h.tree.Borrowed(q, fr), h.ref.borrowed(q, fr))
 			h.expect("Lent", q, fr, h.tree.Lent(q, fr), h.ref.figure(id, fr, h.ref.lent))
+			// Explain's figures are the ones it explains.
+			l := h.tree.Explain(q, fr)
+			h.expect("Explain.Available", q, fr, l.Available, h.ref.cqAvailable(q, fr))
+			h.expect("Explain.Potential", q, fr, l.Potential, h.ref.cqPotential(q, fr))
 		}
 	}
 	for _, q := range fuzzQueues {

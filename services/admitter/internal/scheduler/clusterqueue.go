@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -37,6 +38,9 @@ type clusterQueue struct {
 	selector labels.Selector
 	usage    quota.Usage
 	counts   Counts
+	// tree is the Scheduler's quota tree, shared by every ClusterQueue:
+	// what the queue can take depends on its cohort.
+	tree *quota.Tree
 
 	heap    entryHeap
 	parked  entryHeap
@@ -60,9 +64,10 @@ type shape struct {
 	parked    int
 }
 
-func newClusterQueue(name string) *clusterQueue {
+func newClusterQueue(name string, tree *quota.Tree) *clusterQueue {
 	return &clusterQueue{
 		name:     name,
+		tree:     tree,
 		usage:    quota.Usage{},
 		selector: labels.Everything(),
 		heap:     entryHeap{less: byQueueOrder},
@@ -135,7 +140,7 @@ func (cq *clusterQueue) nothingFits() bool {
 }
 
 // exhaustedAny reports whether one of resources has no quota left in any
-// flavor of the queue.
+// flavor of the queue, borrowing included.
 func (cq *clusterQueue) exhaustedAny(resources []corev1.ResourceName) bool {
 	for _, res := range resources {
 		left := false
@@ -144,14 +149,9 @@ func (cq *clusterQueue) exhaustedAny(resources []corev1.ResourceName) bool {
 				continue
 			}
 			for _, f := range rg.Flavors {
-				for _, r := range f.Resources {
-					if r.Name != res {
-						continue
-					}
-					used := cq.usage.Get(f.Name, res)
-					if r.NominalQuota.Cmp(used) > 0 {
-						left = true
-					}
+				if cq.tree.Available(cq.name, quota.FR{Flavor: f.Name, Resource: res}) > 0 {
+					left = true
+					break
 				}
 			}
 		}
@@ -242,6 +242,7 @@ func shapeResources(wl *v1alpha1.Workload) []corev1.ResourceName {
 // it for admission.
 func (cq *clusterQueue) setSpec(spec *v1alpha1.ClusterQueue, flavors map[string]*v1alpha1.ResourceFlavor, checks map[string]*v1alpha1.AdmissionCheck) {
 	cq.spec = spec
+	cq.tree.SetClusterQueue(cq.name, spec.Spec.CohortName, quota.QuotasOf(spec.Spec.ResourceGroups))
 	cq.refresh(flavors, checks)
 	cq.selector = labels.Everything()
 	if spec.Spec.NamespaceSelector != nil {
@@ -258,11 +259,21 @@ func (cq *clusterQueue) setSpec(spec *v1alpha1.ClusterQueue, flavors map[string]
 // refresh recomputes whether cq can admit.
 func (cq *clusterQueue) refresh(flavors map[string]*v1alpha1.ResourceFlavor, checks map[string]*v1alpha1.AdmissionCheck) {
 	cq.active, cq.reason, cq.message = Activity(cq.spec, flavors, checks)
+	if cycle := cq.tree.Cycle(cq.name); cycle != nil && cq.reason != "Stopped" {
+		cq.active, cq.reason = false, v1alpha1.ReasonCohortCycle
+		cq.message = CycleMessage(cycle)
+	}
+}
+
+// CycleMessage says that the Cohorts of cycle form a loop.
+func CycleMessage(cycle []string) string {
+	return fmt.Sprintf("the parents of Cohorts %s form a loop: their quota cannot be shared until the loop is broken", strings.Join(cycle, ", "))
 }
 
 // Activity says whether cq can admit: it must not be stopped, its quotas
-// must not be negative (the schema cannot refuse those), and every flavor
-// and admission check it names must exist (and the checks be active). A
+// must not be negative and its lending limits not above them (the schema
+// cannot refuse those), and every flavor and admission check it names
+// must exist (and the checks be active). A
 // check with failurePolicy Ignore need not be active: the check phase
 // counts a provider that cannot answer as Ready without updates, so its
 // provider being down must not stop the queue either — unless the check is
@@ -291,6 +302,19 @@ func Activity(cq *v1alpha1.ClusterQueue, flavors map[string]*v1alpha1.ResourceFl
 				if r.NominalQuota.Sign() < 0 {
 					note("NegativeQuota", fmt.Sprintf("spec.resourceGroups[%d].flavors[%d].resources[%d].nominalQuota: %s must not be negative",
 						i, j, k, r.NominalQuota.String()))
+				}
+				for _, limit := range []struct {
+					field string
+					q     *resource.Quantity
+				}{{"borrowingLimit", r.BorrowingLimit}, {"lendingLimit", r.LendingLimit}} {
+					if limit.q != nil && limit.q.Sign() < 0 {
+						note("NegativeQuota", fmt.Sprintf("spec.resourceGroups[%d].flavors[%d].resources[%d].%s: %s must not be negative",
+							i, j, k, limit.field, limit.q.String()))
+					}
+				}
+				if r.LendingLimit != nil && r.LendingLimit.Cmp(r.NominalQuota) > 0 {
+					note("LendingLimitAboveQuota", fmt.Sprintf("spec.resourceGroups[%d].flavors[%d].resources[%d].lendingLimit: %s must not exceed nominalQuota %s",
+						i, j, k, r.LendingLimit.String(), r.NominalQuota.String()))
 				}
 			}
 		}

@@ -92,6 +92,15 @@ func (s *Scheduler) Cycle(now time.Time) Plan {
 	if h := s.held.peek(); h != nil {
 		plan.Wake = h.fp.requeueAt
 	}
+	s.dropGhosts()
+	for root := range s.freedRoots {
+		delete(s.freedRoots, root)
+		for _, name := range s.tree.ClusterQueuesUnder(root) {
+			if cq := s.clusterQueues[name]; cq != nil {
+				cq.wake()
+			}
+		}
+	}
 
 	var runnable []*clusterQueue
 	for _, name := range slices.Sorted(maps.Keys(s.clusterQueues)) {
@@ -119,7 +128,7 @@ func (s *Scheduler) Cycle(now time.Time) Plan {
 				continue
 			}
 			plan.Tried++
-			asg, err := quota.Assign(cq.spec, e.wl.Spec.PodSets, s.flavors, cq.usage)
+			asg, err := quota.Assign(cq.spec, e.wl.Spec.PodSets, s.flavors, s.tree)
 			if err == nil {
 				heads = append(heads, candidate{e: e, cq: cq, asg: asg})
 				continue
@@ -135,10 +144,22 @@ func (s *Scheduler) Cycle(now time.Time) Plan {
 			next = append(next, cq)
 		}
 		slices.SortFunc(heads, compareCandidates)
+		// Heads were assigned against the quota as the round found it. A
+		// head whose tree of cohorts an earlier head of the round took
+		// quota in may no longer fit: it stays first in its queue and is
+		// tried again in the next round, against what is left.
+		var taken map[string]bool
 		for _, c := range heads {
-			// Without cohorts no head can take quota another head of the
-			// round counted on; once queues share quota, this is where a
-			// head is assigned again against what the round took.
+			if root := s.tree.Root(c.cq.name); root != "" {
+				if taken[root] && !s.tree.Fits(c.cq.name, quota.Amounts(c.asg.Usage)) {
+					next = append(next, c.cq)
+					continue
+				}
+				if taken == nil {
+					taken = map[string]bool{}
+				}
+				taken[root] = true
+			}
 			if flavors == nil {
 				flavors = maps.Clone(s.flavors)
 			}

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
+	"github.com/sluice-dev/sluice/services/admitter/internal/quota"
 	"github.com/sluice-dev/sluice/services/admitter/internal/store"
 )
 
@@ -35,23 +36,113 @@ func (s *Scheduler) SetClusterQueue(obj *v1alpha1.ClusterQueue) {
 		return
 	}
 	if cq == nil {
-		cq = newClusterQueue(obj.Name)
+		cq = newClusterQueue(obj.Name, s.tree)
 		s.clusterQueues[obj.Name] = cq
+		delete(s.ghosts, obj.Name)
 	}
+	before := s.tree.Root(obj.Name)
 	cq.setSpec(obj, s.flavors, s.checks)
 	s.replaceQueue(obj.Name)
 	cq.wakeAll()
+	// What the queue lends and may borrow changed for its tree, and for
+	// the tree it left.
+	s.wakeTree(before)
+	s.wakeTree(s.tree.Root(obj.Name))
 }
 
 // DeleteClusterQueue records a ClusterQueue deleted.
 func (s *Scheduler) DeleteClusterQueue(name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.clusterQueues[name]; !ok {
+	cq, ok := s.clusterQueues[name]
+	if !ok {
 		return
 	}
+	root := s.tree.Root(name)
 	delete(s.clusterQueues, name)
+	if len(s.byAdmission[name]) > 0 {
+		// Its workloads run on until they stop, on quota its cohort may
+		// have lent: it stays in the tree, without quota of its own,
+		// until they give it back (see dropGhosts).
+		s.tree.SetClusterQueue(name, cq.spec.Spec.CohortName, nil)
+		s.ghosts[name] = true
+	} else {
+		s.tree.DeleteClusterQueue(name)
+	}
 	s.replaceQueue(name)
+	s.wakeTree(root)
+}
+
+// dropGhosts removes from the tree the deleted ClusterQueues whose
+// workloads all gave their quota back.
+func (s *Scheduler) dropGhosts() {
+	for name := range s.ghosts {
+		if len(s.byAdmission[name]) == 0 {
+			delete(s.ghosts, name)
+			s.tree.DeleteClusterQueue(name)
+		}
+	}
+}
+
+// SetCohort records a Cohort added or updated.
+func (s *Scheduler) SetCohort(obj *v1alpha1.Cohort) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cur := s.cohorts[obj.Name]; cur != nil && cur.UID == obj.UID && obj.Generation <= cur.Generation {
+		if obj.Generation == cur.Generation {
+			s.cohorts[obj.Name] = obj
+		}
+		return
+	}
+	s.cohorts[obj.Name] = obj
+	s.cohortChanged(obj.Name, func() {
+		s.tree.SetCohort(obj.Name, obj.Spec.ParentName, quota.QuotasOf(obj.Spec.ResourceGroups))
+	})
+}
+
+// DeleteCohort records a Cohort deleted. Its ClusterQueues and child
+// Cohorts stay together under its name, without its quota and parent.
+func (s *Scheduler) DeleteCohort(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.cohorts[name]; !ok {
+		return
+	}
+	delete(s.cohorts, name)
+	s.cohortChanged(name, func() { s.tree.DeleteCohort(name) })
+}
+
+// cohortChanged applies change to the tree, then recomputes whether each
+// ClusterQueue of the trees the Cohort was and is in can admit (a loop of
+// parents may have formed or gone) and tries their parked workloads again.
+func (s *Scheduler) cohortChanged(name string, change func()) {
+	affected := map[string]bool{}
+	for _, cq := range s.tree.ClusterQueuesUnder(s.tree.CohortRoot(name)) {
+		affected[cq] = true
+	}
+	change()
+	for _, cq := range s.tree.ClusterQueuesUnder(s.tree.CohortRoot(name)) {
+		affected[cq] = true
+	}
+	for name := range affected {
+		if cq := s.clusterQueues[name]; cq != nil {
+			cq.refresh(s.flavors, s.checks)
+			cq.wakeAll()
+		}
+	}
+}
+
+// wakeTree tries again the parked workloads of every ClusterQueue below
+// the root Cohort root (none for "").
+func (s *Scheduler) wakeTree(root string) {
+	if root == "" {
+		return
+	}
+	for _, name := range s.tree.ClusterQueuesUnder(root) {
+		if cq := s.clusterQueues[name]; cq != nil {
+			cq.wakeAll()
+		}
+	}
 }
 
 // replaceQueue re-places the workloads that count in ClusterQueue name:

@@ -1,9 +1,10 @@
 // Package scheduler decides which pending workloads get quota, and in what
 // order. It is kept up to date by events — every version of a Workload the
 // admitter stores, and every ClusterQueue, LocalQueue, ResourceFlavor,
-// AdmissionCheck and Namespace the informers see — and holds each pending
-// workload in its ClusterQueue's ordered queue and each reservation's usage
-// in its ClusterQueue's total. A cycle therefore costs the heads it tries,
+// AdmissionCheck, Cohort and Namespace the informers see — and holds each
+// pending workload in its ClusterQueue's ordered queue and each
+// reservation's usage in its ClusterQueue's total and in the quota tree
+// through which ClusterQueues of a cohort borrow and lend. A cycle therefore costs the heads it tries,
 // not every workload known: workloads that did not fit are parked until
 // something that could change the answer happens (quota freed, a queue or
 // flavor changed).
@@ -38,11 +39,26 @@ import (
 type Scheduler struct {
 	mu            sync.Mutex
 	clusterQueues map[string]*clusterQueue
-	localQueues   map[types.NamespacedName]*localQueue
-	flavors       map[string]*v1alpha1.ResourceFlavor
-	checks        map[string]*v1alpha1.AdmissionCheck
-	namespaces    map[string]labels.Set
-	workloads     map[types.NamespacedName]*entry
+	// cohorts are the Cohort objects; tree is the quota every ClusterQueue
+	// and Cohort declares and what the ClusterQueues hold, shared through
+	// cohorts.
+	cohorts map[string]*v1alpha1.Cohort
+	tree    *quota.Tree
+	// freedRoots are the root Cohorts in whose trees quota was given back
+	// since the last cycle: every ClusterQueue below may borrow it, so the
+	// next cycle wakes them all, once per tree however many workloads
+	// finished.
+	freedRoots map[string]bool
+	// ghosts are deleted ClusterQueues whose workloads still hold quota:
+	// they stay in the tree, without quota, so that what they hold keeps
+	// counting in their cohort until it is given back.
+	ghosts map[string]bool
+
+	localQueues map[types.NamespacedName]*localQueue
+	flavors     map[string]*v1alpha1.ResourceFlavor
+	checks      map[string]*v1alpha1.AdmissionCheck
+	namespaces  map[string]labels.Set
+	workloads   map[types.NamespacedName]*entry
 	// byLocalQueue indexes the workloads by the LocalQueue they name, and
 	// byAdmission the reserving ones by the ClusterQueue of their admission,
 	// so a queue event re-places only the workloads it concerns.
@@ -69,6 +85,10 @@ type mark struct {
 func New() *Scheduler {
 	return &Scheduler{
 		clusterQueues: map[string]*clusterQueue{},
+		cohorts:       map[string]*v1alpha1.Cohort{},
+		tree:          quota.NewTree(),
+		freedRoots:    map[string]bool{},
+		ghosts:        map[string]bool{},
 		localQueues:   map[types.NamespacedName]*localQueue{},
 		flavors:       map[string]*v1alpha1.ResourceFlavor{},
 		checks:        map[string]*v1alpha1.AdmissionCheck{},
@@ -117,14 +137,15 @@ type entry struct {
 	where      placement
 	cq         *clusterQueue // where it counts (pending or reserved)
 	countsInLQ bool
-	lqCounted  countKind   // how its LocalQueue counts it
-	counted    countKind   // how its ClusterQueue counts it
-	usage      quota.Usage // reserved only
-	message    string      // waiting, parked and stuck: why
-	sent       string      // the message last handed out in a Plan
-	admittedIn string      // reserved only: the ClusterQueue of its admission
-	shape      string      // the resources it requests (see shapeOf)
-	heapIndex  int         // in whichever heap holds it
+	lqCounted  countKind          // how its LocalQueue counts it
+	counted    countKind          // how its ClusterQueue counts it
+	usage      quota.Usage        // reserved only
+	amounts    map[quota.FR]int64 // usage as counted in the quota tree
+	message    string             // waiting, parked and stuck: why
+	sent       string             // the message last handed out in a Plan
+	admittedIn string             // reserved only: the ClusterQueue of its admission
+	shape      string             // the resources it requests (see shapeOf)
+	heapIndex  int                // in whichever heap holds it
 	assumed    bool
 }
 
@@ -261,9 +282,12 @@ func (s *Scheduler) place(e *entry) {
 		s.keepAssumed(e)
 		return
 	}
-	prevCQ, prevUsage := (*clusterQueue)(nil), quota.Usage(nil)
+	prevCQ, prevUsage, prevIn, prevRoot := (*clusterQueue)(nil), quota.Usage(nil), "", ""
 	if e.where == reserved {
-		prevCQ, prevUsage = e.cq, e.usage
+		prevCQ, prevUsage, prevIn = e.cq, e.usage, e.admittedIn
+		if e.amounts != nil {
+			prevRoot = s.tree.Root(prevIn)
+		}
 	}
 	s.unplace(e)
 	wl := e.wl
@@ -273,8 +297,14 @@ func (s *Scheduler) place(e *entry) {
 	}
 	s.index(e)
 	defer func() {
-		if prevCQ != nil && (e.cq != prevCQ || e.where != reserved || freed(prevUsage, e.usage)) {
-			prevCQ.wake()
+		gaveBack := e.where != reserved || e.admittedIn != prevIn || freed(prevUsage, e.usage)
+		switch {
+		case prevCQ != nil && (e.cq != prevCQ || gaveBack):
+			s.quotaFreed(prevCQ)
+		case prevCQ == nil && prevRoot != "" && gaveBack:
+			// A deleted ClusterQueue's workload gave its quota back to
+			// the cohort.
+			s.freedRoots[prevRoot] = true
 		}
 	}()
 
@@ -359,6 +389,20 @@ func (s *Scheduler) reserve(e *entry, name string, usage quota.Usage) {
 		cq.usage.Add(usage)
 		cq.counts.add(kind)
 	}
+	if s.tree.HasClusterQueue(name) {
+		e.amounts = quota.Amounts(usage)
+		s.tree.AddUsage(name, e.amounts)
+	}
+}
+
+// quotaFreed wakes the parked workloads that quota given back by cq may
+// fit: cq's own, and in a cohort those of every queue of its tree (at the
+// next cycle).
+func (s *Scheduler) quotaFreed(cq *clusterQueue) {
+	cq.wake()
+	if root := s.tree.Root(cq.name); root != "" {
+		s.freedRoots[root] = true
+	}
 }
 
 // wait records that e cannot be queued, and why.
@@ -409,11 +453,14 @@ func (s *Scheduler) unplace(e *entry) {
 		if e.cq != nil {
 			e.cq.usage.Sub(e.usage)
 		}
+		if e.amounts != nil {
+			s.tree.RemoveUsage(e.admittedIn, e.amounts)
+		}
 	}
 	if e.cq != nil {
 		e.cq.counts.remove(e.counted)
 	}
-	e.where, e.cq, e.usage, e.admittedIn = unplaced, nil, nil, ""
+	e.where, e.cq, e.usage, e.amounts, e.admittedIn = unplaced, nil, nil, nil, ""
 	e.countsInLQ, e.counted, e.lqCounted = false, countNone, countNone
 	delete(s.messages, e.key)
 }

@@ -228,6 +228,12 @@ func ToChecks(wl *v1alpha1.Workload, flavors map[string]*v1alpha1.ResourceFlavor
 		if a.Count != nil {
 			p.Count = *a.Count
 		}
+		for res, q := range a.Borrowed {
+			if p.Borrowed == nil {
+				p.Borrowed = map[string]string{}
+			}
+			p.Borrowed[string(res)] = q.String()
+		}
 		var names []string
 		for res, f := range a.Flavors {
 			p.Flavors[string(res)] = f

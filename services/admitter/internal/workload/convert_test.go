@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	sluicev1 "github.com/sluice-dev/sluice/gen/sluice/v1"
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
@@ -142,6 +143,24 @@ func TestToChecksAddsFlavorLabels(t *testing.T) {
 	}
 	if len(ps.GetTolerations()) != 2 {
 		t.Fatalf("tolerations %v, want the pods' one plus the flavor's new one", ps.GetTolerations())
+	}
+	if len(ps.GetBorrowed()) != 0 {
+		t.Fatalf("borrowed = %v for an assignment that borrows nothing", ps.GetBorrowed())
+	}
+}
+
+func TestToChecksCarriesBorrowed(t *testing.T) {
+	wl, err := FromProto(validProto())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl.Status.Admission = &v1alpha1.Admission{ClusterQueue: "cq", ReservationID: "r", PodSetAssignments: []v1alpha1.PodSetAssignment{{
+		Name: "main", Flavors: map[corev1.ResourceName]string{"cpu": "f", "memory": "f"},
+		Borrowed: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1500m")},
+	}}}
+	ps := ToChecks(wl, nil).GetPodSets()[0]
+	if got := ps.GetBorrowed(); len(got) != 1 || got["cpu"] != "1500m" {
+		t.Fatalf("borrowed = %v, want cpu 1500m", got)
 	}
 }
 
