@@ -3,8 +3,8 @@
 #   make run      bring sluice up on a local control plane and show a pod go through it
 #   make test     everything CI checks
 #
-# Other targets: up, down, cluster-up, cluster-down, build, generate, verify,
-# unit, integration, e2e, bench, fuzz, kit, proto-release.
+# Other targets: up, down, demo-cohorts, cluster-up, cluster-down, build,
+# generate, verify, unit, integration, e2e, bench, fuzz, kit, proto-release.
 
 SHELL := /usr/bin/env bash -o pipefail
 GO ?= go
@@ -27,6 +27,10 @@ run: build cluster-build ## Start the control plane and sluice, then walk a pod 
 .PHONY: up
 up: build cluster-build ## Start the control plane and sluice without the demo.
 	hack/sluice-up.sh
+
+.PHONY: demo-cohorts
+demo-cohorts: ## On the system `make up` started, show two queues of a cohort borrowing and lending quota.
+	hack/demo-cohorts.sh
 
 .PHONY: down
 down: ## Stop sluice and the local control plane.
