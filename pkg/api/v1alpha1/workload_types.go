@@ -388,6 +388,12 @@ const (
 	ReasonRequeuingLimitExceeded = "RequeuingLimitExceeded"
 	// ReasonPodsStarted: every pod of the admission started.
 	ReasonPodsStarted = "PodsStarted"
+	// ReasonClusterQueueStopped: evicted because its ClusterQueue drains
+	// (stopPolicy HoldAndDrain).
+	ReasonClusterQueueStopped = "ClusterQueueStopped"
+	// ReasonLocalQueueStopped: evicted because its LocalQueue drains
+	// (stopPolicy HoldAndDrain).
+	ReasonLocalQueueStopped = "LocalQueueStopped"
 )
 
 // +genclient

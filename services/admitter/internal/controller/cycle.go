@@ -101,6 +101,21 @@ func (a *Admitter) cycle(ctx context.Context, settling *sync.WaitGroup) {
 			return nil
 		})
 	}
+	for _, d := range plan.Drains {
+		g.Go(func() error {
+			err := a.writer.Drain(gctx, d.Workload, d.Reason, d.Message)
+			switch {
+			case err == nil, errors.Is(err, lifecycle.ErrMoved), errors.Is(err, lifecycle.ErrStale):
+				// A newer version of the workload comes, and with it the
+				// next look.
+			default:
+				log.Error(err, "evict from a draining queue", "workload", d.Workload.Namespace+"/"+d.Workload.Name)
+				a.sched.Undrain(d.Workload)
+				a.triggerCycleAt(time.Now().Add(time.Second))
+			}
+			return nil
+		})
+	}
 	_ = g.Wait()
 	if plan.More {
 		a.triggerCycle()

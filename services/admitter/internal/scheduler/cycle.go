@@ -30,6 +30,10 @@ type Plan struct {
 	// Wake is when the earliest held workload may be queued again; zero
 	// when none is held.
 	Wake time.Time
+	// Drains are the workloads holding quota in a queue that drains
+	// (stopPolicy HoldAndDrain), to evict. Each version of a workload is
+	// handed out once.
+	Drains []Drain
 	// More says heads remain untried: run the next cycle at once.
 	More bool
 	// Tried counts the heads this cycle tried.
@@ -45,6 +49,12 @@ type Reservation struct {
 	Checks []string
 	// Flavors are the ResourceFlavors by name when the cycle ran.
 	Flavors map[string]*v1alpha1.ResourceFlavor
+}
+
+// Drain is a workload to evict because its queue drains, and why.
+type Drain struct {
+	Workload        *v1alpha1.Workload
+	Reason, Message string
 }
 
 // Waiting is a workload that waits, and why.
@@ -181,7 +191,58 @@ func (s *Scheduler) Cycle(now time.Time) Plan {
 		}
 	}
 	s.drainMessages(&plan)
+	s.drainQueues(&plan)
 	return plan
+}
+
+// drainQueues hands out, once per version, every workload that holds
+// quota in a ClusterQueue or through a LocalQueue whose stopPolicy is
+// HoldAndDrain and is not being evicted already. Its cost follows the
+// workloads of the draining queues alone.
+func (s *Scheduler) drainQueues(plan *Plan) {
+	for name := range s.drainingCQs {
+		for _, e := range s.byAdmission[name] {
+			s.drain(plan, e, v1alpha1.ReasonClusterQueueStopped, "ClusterQueue "+name)
+		}
+	}
+	for key := range s.drainingLQs {
+		for _, e := range s.byLocalQueue[key] {
+			s.drain(plan, e, v1alpha1.ReasonLocalQueueStopped, "LocalQueue "+key.Name)
+		}
+	}
+}
+
+// drain hands e out to be evicted from queue (a ClusterQueue or
+// LocalQueue, named) unless it holds no quota, is being evicted already,
+// or this version of it was handed out before.
+func (s *Scheduler) drain(plan *Plan, e *entry, reason, queue string) {
+	wl := e.wl
+	if e.where != reserved || e.assumed || wl.Status.Admission == nil || workload.IsEvicting(wl) || workload.IsDeleting(wl) || e.drained == wl.ResourceVersion {
+		return
+	}
+	e.drained = wl.ResourceVersion
+	plan.Drains = append(plan.Drains, Drain{Workload: wl, Reason: reason, Message: DrainMessage(wl, queue)})
+}
+
+// Undrain hands wl out to be drained again by the next cycle: the
+// eviction of this version failed.
+func (s *Scheduler) Undrain(wl *v1alpha1.Workload) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := s.workloads[workload.Key(wl)]; e != nil && e.drained == wl.ResourceVersion {
+		e.drained = ""
+	}
+}
+
+// DrainMessage says why a workload of queue is evicted, and what becomes
+// of its pods: a plain pod is deleted for good, since nothing creates it
+// again; a pod group waits for its pods to be created again.
+func DrainMessage(wl *v1alpha1.Workload, queue string) string {
+	msg := queue + " drains (stopPolicy HoldAndDrain): "
+	if workload.PodGroup(wl) == "" {
+		return msg + "the pod is deleted and does not run again, as nothing creates a plain pod anew; create it again to queue it"
+	}
+	return msg + "the group's pods are deleted; it queues again once they are all created again"
 }
 
 // releaseHeld queues the held workloads whose requeue time has come.

@@ -41,6 +41,7 @@ func (s *Scheduler) SetClusterQueue(obj *v1alpha1.ClusterQueue) {
 		delete(s.ghosts, obj.Name)
 	}
 	before := s.tree.Root(obj.Name)
+	setOrDelete(s.drainingCQs, obj.Name, draining(obj.Spec.StopPolicy))
 	cq.setSpec(obj, s.flavors, s.checks)
 	s.replaceQueue(obj.Name)
 	cq.wakeAll()
@@ -60,6 +61,7 @@ func (s *Scheduler) DeleteClusterQueue(name string) {
 	}
 	root := s.tree.Root(name)
 	delete(s.clusterQueues, name)
+	delete(s.drainingCQs, name)
 	if len(s.byAdmission[name]) > 0 {
 		// Its workloads run on until they stop, on quota its cohort may
 		// have lent: it stays in the tree, without quota of its own,
@@ -173,7 +175,17 @@ func (s *Scheduler) SetLocalQueue(obj *v1alpha1.LocalQueue) {
 		s.localQueues[key] = lq
 	}
 	lq.lq = obj
+	setOrDelete(s.drainingLQs, key, draining(obj.Spec.StopPolicy))
 	s.replace(maps.Clone(s.byLocalQueue[key]))
+}
+
+// setOrDelete adds key to set when in is true, and removes it otherwise.
+func setOrDelete[K comparable](set map[K]bool, key K, in bool) {
+	if in {
+		set[key] = true
+	} else {
+		delete(set, key)
+	}
 }
 
 // DeleteLocalQueue records a LocalQueue deleted.
@@ -184,6 +196,7 @@ func (s *Scheduler) DeleteLocalQueue(key types.NamespacedName) {
 		return
 	}
 	delete(s.localQueues, key)
+	delete(s.drainingLQs, key)
 	s.replace(maps.Clone(s.byLocalQueue[key]))
 }
 

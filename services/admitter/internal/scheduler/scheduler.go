@@ -53,6 +53,10 @@ type Scheduler struct {
 	// they stay in the tree, without quota, so that what they hold keeps
 	// counting in their cohort until it is given back.
 	ghosts map[string]bool
+	// drainingCQs and drainingLQs are the queues whose stopPolicy is
+	// HoldAndDrain, so that a cycle looks at their workloads alone.
+	drainingCQs map[string]bool
+	drainingLQs map[types.NamespacedName]bool
 
 	localQueues map[types.NamespacedName]*localQueue
 	flavors     map[string]*v1alpha1.ResourceFlavor
@@ -89,6 +93,8 @@ func New() *Scheduler {
 		tree:          quota.NewTree(),
 		freedRoots:    map[string]bool{},
 		ghosts:        map[string]bool{},
+		drainingCQs:   map[string]bool{},
+		drainingLQs:   map[types.NamespacedName]bool{},
 		localQueues:   map[types.NamespacedName]*localQueue{},
 		flavors:       map[string]*v1alpha1.ResourceFlavor{},
 		checks:        map[string]*v1alpha1.AdmissionCheck{},
@@ -147,6 +153,8 @@ type entry struct {
 	shape      string             // the resources it requests (see shapeOf)
 	heapIndex  int                // in whichever heap holds it
 	assumed    bool
+	// drained is the resourceVersion last handed out to be drained.
+	drained string
 }
 
 // fingerprint is what decides a workload's placement; versions with the
@@ -473,3 +481,5 @@ func (s *Scheduler) replace(entries map[types.NamespacedName]*entry) {
 }
 
 func stopped(p *v1alpha1.StopPolicy) bool { return p != nil && *p != v1alpha1.None }
+
+func draining(p *v1alpha1.StopPolicy) bool { return p != nil && *p == v1alpha1.HoldAndDrain }
