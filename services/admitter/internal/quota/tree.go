@@ -393,11 +393,6 @@ func (t *Tree) CohortCycle(cohort string) []string {
 	return nil
 }
 
-// Cohorts returns the names of every Cohort, explicit or implicit, sorted.
-func (t *Tree) Cohorts() []string {
-	return slices.Sorted(maps.Keys(t.cohorts))
-}
-
 // CohortFRs returns the FRs a Cohort's pool counts (its own quota, what
 // its members lend it, what they hold in it), sorted by flavor then
 // resource.
