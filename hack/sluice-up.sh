@@ -159,8 +159,8 @@ if ${demo}; then
 	node="$("${kubectl}" get nodes -o jsonpath='{.items[0].metadata.name}')"
 	"${kubectl}" label nodes --overwrite "${node}" pool=batch >/dev/null
 	"${kubectl}" taint nodes --overwrite "${node}" pool=batch:NoSchedule >/dev/null
-	"${kubectl}" apply -f deploy/samples/story1-queues.yaml -f deploy/samples/approval.yaml >/dev/null
-	echo "applied deploy/samples/story1-queues.yaml; ${node} is the batch pool (label pool=batch, taint pool=batch:NoSchedule)"
+	"${kubectl}" apply -f deploy/samples/story1-queues.yaml -f deploy/samples/approval.yaml -f deploy/samples/priority-classes.yaml >/dev/null
+	echo "applied deploy/samples/story1-queues.yaml and priority-classes.yaml; ${node} is the batch pool (label pool=batch, taint pool=batch:NoSchedule)"
 	"${root}/bin/sluice-demo" --kubeconfig "${KUBECONFIG}" --samples "${root}/deploy/samples" --kubectl "${kubectl}"
 fi
 

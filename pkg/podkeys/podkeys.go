@@ -16,6 +16,13 @@ const (
 	ManagedLabel = "kueue.x-k8s.io/managed"
 	// ManagedLabelValue is the only value ManagedLabel may carry.
 	ManagedLabelValue = "true"
+	// PriorityClassLabel names the WorkloadPriorityClass (sluice.dev) a
+	// pod's workload is queued at; the pod's own scheduling priority is
+	// left as it is.
+	PriorityClassLabel = "kueue.x-k8s.io/priority-class"
+	// MaxExecTimeLabel caps, in seconds, how long a pod's workload may run
+	// admitted before it is evicted and deactivated.
+	MaxExecTimeLabel = "kueue.x-k8s.io/max-exec-time-seconds"
 	// PodSetLabel is set at ungating to the name of the pod set the pod was
 	// admitted in.
 	PodSetLabel = "kueue.x-k8s.io/podset"

@@ -99,7 +99,9 @@ type Workload struct {
 	QueueName string `protobuf:"bytes,2,opt,name=queue_name,json=queueName,proto3" json:"queue_name,omitempty"`
 	// priority of the workload; higher first.
 	Priority int32 `protobuf:"varint,3,opt,name=priority,proto3" json:"priority,omitempty"`
-	// priority_class_name is where the priority came from, if anywhere.
+	// priority_class_name is the PriorityClass (scheduling.k8s.io) of the
+	// pods' spec.priorityClassName, if any; priority is then the pods'
+	// spec.priority.
 	PriorityClassName string `protobuf:"bytes,4,opt,name=priority_class_name,json=priorityClassName,proto3" json:"priority_class_name,omitempty"`
 	// pod_sets are the groups of equivalent pods, one per role hash.
 	PodSets []*PodSet `protobuf:"bytes,5,rep,name=pod_sets,json=podSets,proto3" json:"pod_sets,omitempty"`
@@ -115,9 +117,17 @@ type Workload struct {
 	// pod_group is the name of the KEP-976 pod group the workload was
 	// assembled from; empty for a single pod. The Workload carries it in the
 	// sluice.dev/pod-group label, so it must be a valid label value.
-	PodGroup      string `protobuf:"bytes,8,opt,name=pod_group,json=podGroup,proto3" json:"pod_group,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PodGroup string `protobuf:"bytes,8,opt,name=pod_group,json=podGroup,proto3" json:"pod_group,omitempty"`
+	// workload_priority_class is the WorkloadPriorityClass the pods name in
+	// their kueue.x-k8s.io/priority-class label, if any. The admitter
+	// resolves it: the workload is queued at the class's value, and
+	// priority (the pods' own) is not used for it.
+	WorkloadPriorityClass string `protobuf:"bytes,9,opt,name=workload_priority_class,json=workloadPriorityClass,proto3" json:"workload_priority_class,omitempty"`
+	// maximum_execution_time_seconds is the pods'
+	// kueue.x-k8s.io/max-exec-time-seconds label; unset without one.
+	MaximumExecutionTimeSeconds *int32 `protobuf:"varint,10,opt,name=maximum_execution_time_seconds,json=maximumExecutionTimeSeconds,proto3,oneof" json:"maximum_execution_time_seconds,omitempty"`
+	unknownFields               protoimpl.UnknownFields
+	sizeCache                   protoimpl.SizeCache
 }
 
 func (x *Workload) Reset() {
@@ -204,6 +214,20 @@ func (x *Workload) GetPodGroup() string {
 		return x.PodGroup
 	}
 	return ""
+}
+
+func (x *Workload) GetWorkloadPriorityClass() string {
+	if x != nil {
+		return x.WorkloadPriorityClass
+	}
+	return ""
+}
+
+func (x *Workload) GetMaximumExecutionTimeSeconds() int32 {
+	if x != nil && x.MaximumExecutionTimeSeconds != nil {
+		return *x.MaximumExecutionTimeSeconds
+	}
+	return 0
 }
 
 // OwnerReference is a pod that owns a Workload.
@@ -555,7 +579,7 @@ const file_sluice_v1_types_proto_rawDesc = "" +
 	"\vWorkloadRef\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
-	"\x03uid\x18\x03 \x01(\tR\x03uid\"\xbf\x02\n" +
+	"\x03uid\x18\x03 \x01(\tR\x03uid\"\xe4\x03\n" +
 	"\bWorkload\x12(\n" +
 	"\x03ref\x18\x01 \x01(\v2\x16.sluice.v1.WorkloadRefR\x03ref\x12\x1d\n" +
 	"\n" +
@@ -565,7 +589,11 @@ const file_sluice_v1_types_proto_rawDesc = "" +
 	"\bpod_sets\x18\x05 \x03(\v2\x11.sluice.v1.PodSetR\apodSets\x121\n" +
 	"\x06owners\x18\x06 \x03(\v2\x19.sluice.v1.OwnerReferenceR\x06owners\x12 \n" +
 	"\vtraceparent\x18\a \x01(\tR\vtraceparent\x12\x1b\n" +
-	"\tpod_group\x18\b \x01(\tR\bpodGroup\"V\n" +
+	"\tpod_group\x18\b \x01(\tR\bpodGroup\x126\n" +
+	"\x17workload_priority_class\x18\t \x01(\tR\x15workloadPriorityClass\x12H\n" +
+	"\x1emaximum_execution_time_seconds\x18\n" +
+	" \x01(\x05H\x00R\x1bmaximumExecutionTimeSeconds\x88\x01\x01B!\n" +
+	"\x1f_maximum_execution_time_seconds\"V\n" +
 	"\x0eOwnerReference\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03uid\x18\x02 \x01(\tR\x03uid\x12\x1e\n" +
@@ -671,6 +699,7 @@ func file_sluice_v1_types_proto_init() {
 	if File_sluice_v1_types_proto != nil {
 		return
 	}
+	file_sluice_v1_types_proto_msgTypes[1].OneofWrappers = []any{}
 	file_sluice_v1_types_proto_msgTypes[4].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -18,6 +18,7 @@ func AddToScheme(s *runtime.Scheme) error {
 		&LocalQueue{}, &LocalQueueList{},
 		&AdmissionCheck{}, &AdmissionCheckList{},
 		&Workload{}, &WorkloadList{},
+		&WorkloadPriorityClass{}, &WorkloadPriorityClassList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

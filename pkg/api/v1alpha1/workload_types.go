@@ -6,6 +6,8 @@ import (
 )
 
 // WorkloadSpec is a unit of admission: the pod sets that must start together.
+// +kubebuilder:validation:XValidation:rule="has(self.priorityClassRef) == has(oldSelf.priorityClassRef) && (!has(self.priorityClassRef) || self.priorityClassRef == oldSelf.priorityClassRef)",message="spec.priorityClassRef is immutable: it comes from the pods, whose class cannot change"
+// +kubebuilder:validation:XValidation:rule="has(self.maximumExecutionTimeSeconds) == has(oldSelf.maximumExecutionTimeSeconds) && (!has(self.maximumExecutionTimeSeconds) || self.maximumExecutionTimeSeconds == oldSelf.maximumExecutionTimeSeconds)",message="spec.maximumExecutionTimeSeconds is immutable: it comes from the pods, whose label cannot change"
 type WorkloadSpec struct {
 	// podSets are the groups of equivalent pods, one per role. They are
 	// immutable: quota is counted from them, and a change under an
@@ -22,19 +24,61 @@ type WorkloadSpec struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	QueueName string `json:"queueName"`
 
-	// priorityClassName is the PriorityClass the priority came from.
+	// priorityClassRef names the class the priority came from: the
+	// WorkloadPriorityClass of the pods' kueue.x-k8s.io/priority-class
+	// label, or else the PriorityClass of their spec.priorityClassName.
+	// Unset when the pods name neither. It never changes: sluice reads the
+	// class's value once, when the Workload is created.
 	// +optional
-	PriorityClassName string `json:"priorityClassName,omitempty"`
+	PriorityClassRef *PriorityClassRef `json:"priorityClassRef,omitempty"`
 
 	// priority orders workloads in a queue: higher first, then older first.
+	// It is the value of the class priorityClassRef names, as it was when
+	// the Workload was created, or the pods' spec.priority.
 	// +optional
 	Priority *int32 `json:"priority,omitempty"`
+
+	// maximumExecutionTimeSeconds caps how long the workload may run, from
+	// the pods' kueue.x-k8s.io/max-exec-time-seconds label. It counts the
+	// time spent admitted, across evictions and requeues; past it the
+	// workload is evicted and deactivated (reason
+	// MaximumExecutionTimeExceeded).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	MaximumExecutionTimeSeconds *int32 `json:"maximumExecutionTimeSeconds,omitempty"`
 
 	// active false takes the workload out of its queue and evicts it if it
 	// was admitted. Defaults to true.
 	// +optional
 	// +kubebuilder:default=true
 	Active *bool `json:"active,omitempty"`
+}
+
+// Priority class kinds a Workload's priorityClassRef may name.
+const (
+	// WorkloadPriorityClassKind is sluice's own class, which orders
+	// workloads without touching the pods' scheduling priority.
+	WorkloadPriorityClassKind = "WorkloadPriorityClass"
+	// PodPriorityClassKind is Kubernetes' PriorityClass
+	// (scheduling.k8s.io), which is also the pods' own priority.
+	PodPriorityClassKind = "PriorityClass"
+	// PodPriorityClassGroup is the API group of PodPriorityClassKind.
+	PodPriorityClassGroup = "scheduling.k8s.io"
+)
+
+// PriorityClassRef names the class a workload's priority came from.
+// +kubebuilder:validation:XValidation:rule="(self.group == 'sluice.dev' && self.kind == 'WorkloadPriorityClass') || (self.group == 'scheduling.k8s.io' && self.kind == 'PriorityClass')",message="priorityClassRef: group and kind must be sluice.dev and WorkloadPriorityClass, or scheduling.k8s.io and PriorityClass"
+type PriorityClassRef struct {
+	// group of the class: sluice.dev or scheduling.k8s.io.
+	// +kubebuilder:validation:Enum=sluice.dev;scheduling.k8s.io
+	Group string `json:"group"`
+	// kind of the class: WorkloadPriorityClass or PriorityClass.
+	// +kubebuilder:validation:Enum=WorkloadPriorityClass;PriorityClass
+	Kind string `json:"kind"`
+	// name of the class.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
 }
 
 // PodSet is a group of pods with the same scheduling shape (role hash).
@@ -113,6 +157,13 @@ type WorkloadStatus struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=18
 	PodSetInfos []PodSetInfo `json:"podSetInfos,omitempty"`
+
+	// accumulatedPastExecutionTimeSeconds is the time the workload spent
+	// admitted before its current admission: it grows each time Admitted
+	// turns False, and counts against maximumExecutionTimeSeconds.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	AccumulatedPastExecutionTimeSeconds *int32 `json:"accumulatedPastExecutionTimeSeconds,omitempty"`
 
 	// requeueState tracks requeues after an eviction.
 	// +optional
@@ -394,6 +445,9 @@ const (
 	// ReasonLocalQueueStopped: evicted because its LocalQueue drains
 	// (stopPolicy HoldAndDrain).
 	ReasonLocalQueueStopped = "LocalQueueStopped"
+	// ReasonMaximumExecutionTimeExceeded: evicted and deactivated because
+	// it ran, admitted, for longer than maximumExecutionTimeSeconds.
+	ReasonMaximumExecutionTimeExceeded = "MaximumExecutionTimeExceeded"
 )
 
 // +genclient

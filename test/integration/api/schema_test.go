@@ -6,6 +6,7 @@ package api
 import (
 	"context"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -634,5 +635,134 @@ func TestWorkloadPodSetsAreImmutable(t *testing.T) {
 	other.Labels = map[string]string{"team": "a"}
 	if err := k8s.Update(ctx, other); err != nil {
 		t.Fatalf("a change that leaves the pod sets alone was refused: %v", err)
+	}
+}
+
+// TestWorkloadPriorityAndRunTimeSchema: a Workload's priority class names
+// one of the two kinds of class, and neither the class nor the cap on its
+// run time changes once the Workload exists.
+func TestWorkloadPriorityAndRunTimeSchema(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	newWorkload := func(ref *sluicev1alpha1.PriorityClassRef, maxSeconds *int32) *sluicev1alpha1.Workload {
+		return &sluicev1alpha1.Workload{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "prio-", Namespace: "default"},
+			Spec: sluicev1alpha1.WorkloadSpec{
+				QueueName:                   "q",
+				PodSets:                     []sluicev1alpha1.PodSet{{Name: "main", Count: 1}},
+				PriorityClassRef:            ref,
+				MaximumExecutionTimeSeconds: maxSeconds,
+			},
+		}
+	}
+	wpc := func(name string) *sluicev1alpha1.PriorityClassRef {
+		return &sluicev1alpha1.PriorityClassRef{Group: "sluice.dev", Kind: sluicev1alpha1.WorkloadPriorityClassKind, Name: name}
+	}
+	creations := []struct {
+		name    string
+		wl      *sluicev1alpha1.Workload
+		wantErr []string
+	}{
+		{name: "a WorkloadPriorityClass", wl: newWorkload(wpc("urgent"), nil)},
+		{name: "a PriorityClass", wl: newWorkload(&sluicev1alpha1.PriorityClassRef{Group: "scheduling.k8s.io", Kind: "PriorityClass", Name: "high"}, nil)},
+		{name: "a run-time cap", wl: newWorkload(nil, ptr.To[int32](60))},
+		{
+			name:    "kind of the other group",
+			wl:      newWorkload(&sluicev1alpha1.PriorityClassRef{Group: "sluice.dev", Kind: "PriorityClass", Name: "high"}, nil),
+			wantErr: []string{"spec.priorityClassRef", "group and kind must be sluice.dev and WorkloadPriorityClass, or scheduling.k8s.io and PriorityClass"},
+		},
+		{
+			name:    "another group",
+			wl:      newWorkload(&sluicev1alpha1.PriorityClassRef{Group: "kueue.x-k8s.io", Kind: sluicev1alpha1.WorkloadPriorityClassKind, Name: "high"}, nil),
+			wantErr: []string{"spec.priorityClassRef.group", "Unsupported value"},
+		},
+		{name: "a zero cap", wl: newWorkload(nil, ptr.To[int32](0)), wantErr: []string{"spec.maximumExecutionTimeSeconds", "greater than or equal to 1"}},
+	}
+	for _, c := range creations {
+		t.Run(c.name, func(t *testing.T) {
+			err := k8s.Create(ctx, c.wl)
+			if len(c.wantErr) == 0 {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("accepted, want a refusal containing %q", c.wantErr)
+			}
+			for _, want := range c.wantErr {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("refusal %q does not contain %q", err, want)
+				}
+			}
+		})
+	}
+
+	wl := newWorkload(wpc("urgent"), ptr.To[int32](60))
+	if err := k8s.Create(ctx, wl); err != nil {
+		t.Fatal(err)
+	}
+	changes := []struct {
+		name   string
+		change func(*sluicev1alpha1.Workload)
+		want   string
+	}{
+		{"another class", func(w *sluicev1alpha1.Workload) { w.Spec.PriorityClassRef.Name = "idle" }, "spec.priorityClassRef is immutable"},
+		{"no class", func(w *sluicev1alpha1.Workload) { w.Spec.PriorityClassRef = nil }, "spec.priorityClassRef is immutable"},
+		{"another cap", func(w *sluicev1alpha1.Workload) { w.Spec.MaximumExecutionTimeSeconds = ptr.To[int32](3600) }, "spec.maximumExecutionTimeSeconds is immutable"},
+		{"no cap", func(w *sluicev1alpha1.Workload) { w.Spec.MaximumExecutionTimeSeconds = nil }, "spec.maximumExecutionTimeSeconds is immutable"},
+	}
+	for _, c := range changes {
+		t.Run(c.name, func(t *testing.T) {
+			changed := wl.DeepCopy()
+			c.change(changed)
+			if err := k8s.Update(ctx, changed); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want %q", err, c.want)
+			}
+		})
+	}
+	unset := newWorkload(nil, nil)
+	if err := k8s.Create(ctx, unset); err != nil {
+		t.Fatal(err)
+	}
+	unset.Spec.PriorityClassRef = wpc("urgent")
+	if err := k8s.Update(ctx, unset); err == nil || !strings.Contains(err.Error(), "spec.priorityClassRef is immutable") {
+		t.Fatalf("adding a class later: error %v, want the immutability rule", err)
+	}
+}
+
+// TestWorkloadPriorityClassSchema: a class has a value; kubectl shows it.
+func TestWorkloadPriorityClassSchema(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	class := &sluicev1alpha1.WorkloadPriorityClass{
+		ObjectMeta:  metav1.ObjectMeta{Name: "urgent"},
+		Value:       1000,
+		Description: "on-call work",
+	}
+	if err := k8s.Create(ctx, class); err != nil {
+		t.Fatalf("creating a WorkloadPriorityClass: %v", err)
+	}
+	var got sluicev1alpha1.WorkloadPriorityClass
+	if err := k8s.Get(ctx, client.ObjectKey{Name: "urgent"}, &got); err != nil || got.Value != 1000 {
+		t.Fatalf("read back: %v, value %d, want 1000", err, got.Value)
+	}
+	var crd apiextensionsv1.CustomResourceDefinition
+	if err := k8s.Get(ctx, client.ObjectKey{Name: "workloadpriorityclasses.sluice.dev"}, &crd); err != nil {
+		t.Fatal(err)
+	}
+	if crd.Spec.Scope != apiextensionsv1.ClusterScoped || !slices.Contains(crd.Spec.Names.ShortNames, "wpc") ||
+		!slices.Contains(crd.Spec.Names.Categories, "sluice") {
+		t.Errorf("scope %s, short names %v, categories %v: want Cluster, wpc, sluice",
+			crd.Spec.Scope, crd.Spec.Names.ShortNames, crd.Spec.Names.Categories)
+	}
+	var value string
+	for _, c := range crd.Spec.Versions[0].AdditionalPrinterColumns {
+		if c.Name == "Value" {
+			value = c.JSONPath
+		}
+	}
+	if value != ".value" {
+		t.Errorf("printer column Value has JSONPath %q, want .value", value)
 	}
 }

@@ -48,6 +48,9 @@ var userGrants = []struct {
 	{userGrant{"sluice-workload-deactivator", "sluice.dev", "workloads", "watch"}, "finds the workload to deactivate"},
 	{userGrant{"sluice-workload-deactivator", "sluice.dev", "workloads", "patch"}, "writes spec.active"},
 	{userGrant{"sluice-workload-deactivator", "sluice.dev", "workloads", "deactivate"}, "the permission the policy sluice-workloads asks for spec.active"},
+	{userGrant{"sluice-priority-class-reader", "sluice.dev", "workloadpriorityclasses", "get"}, "a pod's creator picks a class its pods may name"},
+	{userGrant{"sluice-priority-class-reader", "sluice.dev", "workloadpriorityclasses", "list"}, "a pod's creator picks a class its pods may name"},
+	{userGrant{"sluice-priority-class-reader", "sluice.dev", "workloadpriorityclasses", "watch"}, "a pod's creator picks a class its pods may name"},
 }
 
 // aggregatedInto says which built-in role each role for people joins.

@@ -74,9 +74,9 @@ func setUp(env *testenv.Env) error {
 	if err != nil {
 		return err
 	}
-	// Start the webhook before the LocalQueue CRD exists, as happens when
-	// everything is applied at once: it must wait for the CRD, not ready
-	// meanwhile, and become ready once the CRD is served. This instance
+	// Start the webhook before the CRDs it watches exist, as happens when
+	// everything is applied at once: it must wait for them, not ready
+	// meanwhile, and become ready once they are served. This instance
 	// outlives the API server (RunMain stops the control plane first), so it
 	// leaves its configurations in place.
 	p, err := launchWebhook("sluice-webhook")
@@ -85,8 +85,8 @@ func setUp(env *testenv.Env) error {
 	}
 	s.webhook = p
 	if err := harness.Poll(ctx, func() error {
-		if !strings.Contains(p.Tail(40), "waiting for the LocalQueue CRD") {
-			return errors.New("webhook does not say it waits for the LocalQueue CRD")
+		if !strings.Contains(p.Tail(40), "waiting for sluice's CRDs") {
+			return errors.New("webhook does not say it waits for sluice's CRDs")
 		}
 		return nil
 	}); err != nil {
@@ -98,7 +98,7 @@ func setUp(env *testenv.Env) error {
 	if body, code, _ := p.Get(ctx, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "caches") {
 		return fmt.Errorf("webhook without its caches: /readyz %d %q, want 503 naming the caches", code, body)
 	}
-	if err := installLocalQueueCRD(ctx, c); err != nil {
+	if err := installCRDs(ctx, c, "localqueues", "workloadpriorityclasses"); err != nil {
 		return err
 	}
 	return p.WaitReady(ctx)
@@ -114,24 +114,34 @@ func buildWebhook(ctx context.Context) (string, error) {
 	return harness.BuildBinary(ctx, dir, "./services/webhook")
 }
 
-// installLocalQueueCRD installs the LocalQueue CRD from deploy/crd and waits
-// until it is served.
-func installLocalQueueCRD(ctx context.Context, c client.Client) error {
+// installCRDs installs sluice's CRDs of the given resources from
+// deploy/crd and waits until they are served.
+func installCRDs(ctx context.Context, c client.Client, resources ...string) error {
 	root, err := testenv.ModuleRoot()
 	if err != nil {
 		return err
 	}
-	data, err := os.ReadFile(filepath.Join(root, "deploy", "crd", "sluice.dev_localqueues.yaml"))
-	if err != nil {
-		return fmt.Errorf("read LocalQueue CRD: %w", err)
+	for _, resource := range resources {
+		data, err := os.ReadFile(filepath.Join(root, "deploy", "crd", "sluice.dev_"+resource+".yaml"))
+		if err != nil {
+			return fmt.Errorf("read CRD of %s: %w", resource, err)
+		}
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := yaml.Unmarshal(data, crd); err != nil {
+			return fmt.Errorf("decode CRD of %s: %w", resource, err)
+		}
+		if err := c.Create(ctx, crd); err != nil {
+			return fmt.Errorf("create CRD %s: %w", crd.Name, err)
+		}
+		if err := waitEstablished(ctx, c, crd); err != nil {
+			return err
+		}
 	}
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := yaml.Unmarshal(data, crd); err != nil {
-		return fmt.Errorf("decode LocalQueue CRD: %w", err)
-	}
-	if err := c.Create(ctx, crd); err != nil {
-		return fmt.Errorf("create LocalQueue CRD: %w", err)
-	}
+	return nil
+}
+
+// waitEstablished polls until the API server serves crd.
+func waitEstablished(ctx context.Context, c client.Client, crd *apiextensionsv1.CustomResourceDefinition) error {
 	return harness.Poll(ctx, func() error {
 		got := &apiextensionsv1.CustomResourceDefinition{}
 		if err := c.Get(ctx, client.ObjectKeyFromObject(crd), got); err != nil {
@@ -142,7 +152,7 @@ func installLocalQueueCRD(ctx context.Context, c client.Client) error {
 				return nil
 			}
 		}
-		return errors.New("LocalQueue CRD not established yet")
+		return fmt.Errorf("CRD %s not established yet", crd.Name)
 	})
 }
 

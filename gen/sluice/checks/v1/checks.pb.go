@@ -800,14 +800,24 @@ type Workload struct {
 	ClusterQueue string `protobuf:"bytes,5,opt,name=cluster_queue,json=clusterQueue,proto3" json:"cluster_queue,omitempty"`
 	// priority of the workload; higher is more important.
 	Priority int32 `protobuf:"varint,6,opt,name=priority,proto3" json:"priority,omitempty"`
-	// priority_class_name is where the priority came from, if anywhere.
+	// priority_class_name is the name of the class the priority came from,
+	// if any; priority_class_kind says which kind of class it is.
 	PriorityClassName string `protobuf:"bytes,7,opt,name=priority_class_name,json=priorityClassName,proto3" json:"priority_class_name,omitempty"`
 	// create_time is when the workload was created.
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// pod_sets are the groups of equivalent pods, in the workload's order.
-	PodSets       []*PodSet `protobuf:"bytes,9,rep,name=pod_sets,json=podSets,proto3" json:"pod_sets,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PodSets []*PodSet `protobuf:"bytes,9,rep,name=pod_sets,json=podSets,proto3" json:"pod_sets,omitempty"`
+	// priority_class_kind is the kind of the class priority_class_name
+	// names: "WorkloadPriorityClass" (sluice.dev; it orders workloads and
+	// leaves the pods' scheduling priority alone) or "PriorityClass"
+	// (scheduling.k8s.io; the pods' own priority). Empty without a class.
+	PriorityClassKind string `protobuf:"bytes,10,opt,name=priority_class_kind,json=priorityClassKind,proto3" json:"priority_class_kind,omitempty"`
+	// maximum_execution_time_seconds is how long the workload may run
+	// admitted, across requeues, before sluice evicts and deactivates it;
+	// unset without a cap.
+	MaximumExecutionTimeSeconds *int32 `protobuf:"varint,11,opt,name=maximum_execution_time_seconds,json=maximumExecutionTimeSeconds,proto3,oneof" json:"maximum_execution_time_seconds,omitempty"`
+	unknownFields               protoimpl.UnknownFields
+	sizeCache                   protoimpl.SizeCache
 }
 
 func (x *Workload) Reset() {
@@ -901,6 +911,20 @@ func (x *Workload) GetPodSets() []*PodSet {
 		return x.PodSets
 	}
 	return nil
+}
+
+func (x *Workload) GetPriorityClassKind() string {
+	if x != nil {
+		return x.PriorityClassKind
+	}
+	return ""
+}
+
+func (x *Workload) GetMaximumExecutionTimeSeconds() int32 {
+	if x != nil && x.MaximumExecutionTimeSeconds != nil {
+		return *x.MaximumExecutionTimeSeconds
+	}
+	return 0
 }
 
 // PodSet is a group of pods with the same scheduling shape.
@@ -1542,7 +1566,7 @@ const file_sluice_checks_v1_checks_proto_rawDesc = "" +
 	"parameters\x12%\n" +
 	"\x0eevaluation_key\x18\x03 \x01(\tR\revaluationKey\x126\n" +
 	"\bworkload\x18\x04 \x01(\v2\x1a.sluice.checks.v1.WorkloadR\bworkload\x12\x1a\n" +
-	"\badmitted\x18\x05 \x01(\bR\badmitted\"\xd0\x02\n" +
+	"\badmitted\x18\x05 \x01(\bR\badmitted\"\xed\x03\n" +
 	"\bWorkload\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
@@ -1554,7 +1578,11 @@ const file_sluice_checks_v1_checks_proto_rawDesc = "" +
 	"\x13priority_class_name\x18\a \x01(\tR\x11priorityClassName\x12;\n" +
 	"\vcreate_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x123\n" +
-	"\bpod_sets\x18\t \x03(\v2\x18.sluice.checks.v1.PodSetR\apodSets\"\x89\a\n" +
+	"\bpod_sets\x18\t \x03(\v2\x18.sluice.checks.v1.PodSetR\apodSets\x12.\n" +
+	"\x13priority_class_kind\x18\n" +
+	" \x01(\tR\x11priorityClassKind\x12H\n" +
+	"\x1emaximum_execution_time_seconds\x18\v \x01(\x05H\x00R\x1bmaximumExecutionTimeSeconds\x88\x01\x01B!\n" +
+	"\x1f_maximum_execution_time_seconds\"\x89\a\n" +
 	"\x06PodSet\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x05R\x05count\x12B\n" +
@@ -1763,6 +1791,7 @@ func file_sluice_checks_v1_checks_proto_init() {
 	if File_sluice_checks_v1_checks_proto != nil {
 		return
 	}
+	file_sluice_checks_v1_checks_proto_msgTypes[5].OneofWrappers = []any{}
 	file_sluice_checks_v1_checks_proto_msgTypes[9].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

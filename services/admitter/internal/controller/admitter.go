@@ -278,6 +278,12 @@ func (a *Admitter) Watch(ctx context.Context) error {
 			DeleteFunc: func(obj any) { a.secretChanged(unwrapDeleted(obj)) },
 		}},
 	}
+	// New Workloads read their WorkloadPriorityClass from the cache; the
+	// informer starts with the others, so the first submission need not
+	// wait for it.
+	if _, err := a.cfg.Cache.GetInformer(ctx, &v1alpha1.WorkloadPriorityClass{}); err != nil {
+		return fmt.Errorf("WorkloadPriorityClass informer: %w", err)
+	}
 	for _, h := range handlers {
 		inf, err := a.cfg.Cache.GetInformer(ctx, h.obj)
 		if err != nil {

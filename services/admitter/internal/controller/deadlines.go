@@ -9,6 +9,7 @@ import (
 
 	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
+	"github.com/sluice-dev/sluice/services/admitter/internal/lifecycle"
 	"github.com/sluice-dev/sluice/services/admitter/internal/startup"
 	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
 )
@@ -86,10 +87,17 @@ func (a *Admitter) setPolicy(name string, cq *v1alpha1.ClusterQueue) {
 	}
 }
 
-// watchDeadline hands an admitted workload with a deadline to keep to the
-// deadline watcher; others cost nothing.
+// watchDeadline hands an admitted workload with a deadline to keep (a
+// start-up deadline, a maximum execution time) to the deadline watcher;
+// others cost nothing. It runs for every version of every workload, and
+// for every workload when this admitter starts to lead: a new leader
+// arms its timers from the Workloads alone.
 func (a *Admitter) watchDeadline(wl *v1alpha1.Workload) {
 	if wl.Status.Admission == nil || !workload.IsAdmitted(wl) {
+		return
+	}
+	if _, ok := lifecycle.ExecutionDeadline(wl); ok {
+		a.deadlines.Enqueue(workload.Key(wl))
 		return
 	}
 	if _, due := startup.Due(wl, a.policies.get(wl.Status.Admission.ClusterQueue)); due {

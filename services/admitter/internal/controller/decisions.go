@@ -60,7 +60,11 @@ func decisionFor(wl *v1alpha1.Workload) *admitterv1.Decision {
 		// pod changed since its pod set was built, or moved to another
 		// queue, does not run on this admission.
 		d.QueueName = wl.Spec.QueueName
-		d.Priority = ptr.To(workload.Priority(wl))
+		if workload.WorkloadPriorityClass(wl) == "" {
+			// A WorkloadPriorityClass leaves the pods' own priority
+			// alone: there is nothing of the pod to compare it with.
+			d.Priority = ptr.To(workload.Priority(wl))
+		}
 		for _, ps := range wl.Spec.PodSets {
 			if ps.Template.RoleHash == "" {
 				continue

@@ -104,7 +104,8 @@ func (w *Writer) MissDeadline(ctx context.Context, key types.NamespacedName) err
 	if startup.LimitExceeded(p, n) {
 		msg = fmt.Sprintf("deactivated (%s): missed the start-up deadline %d times, more than backoffLimitCount %d allows; %s",
 			v1alpha1.ReasonRequeuingLimitExceeded, n, ptr.Deref(p.LimitCount, 0), msg)
-		if err := w.deactivateLocked(ctx, orig, msg); err != nil {
+		ev := Eviction{Reason: v1alpha1.ReasonRequeuingLimitExceeded, Message: msg, deactivate: true}
+		if err := w.deactivateLocked(ctx, orig, ev, "deactivate-deadline", "admitter/deactivate-deadline"); err != nil {
 			return err
 		}
 	} else {
@@ -119,20 +120,22 @@ func (w *Writer) MissDeadline(ctx context.Context, key types.NamespacedName) err
 	return nil
 }
 
-// deactivateLocked sets spec.active=false and then evicts orig with
-// reason RequeuingLimitExceeded. The spec is written first, so a crash in
-// between still ends in an eviction: the check phase evicts inactive
-// workloads that hold quota (with reason Inactive).
-func (w *Writer) deactivateLocked(ctx context.Context, orig *v1alpha1.Workload, msg string) error {
+// deactivateLocked sets spec.active=false (write op, then crash point
+// point) and then evicts orig for ev, whole. The spec is written first, so
+// a crash in between still ends in an eviction: the deadline that fell is
+// computed again from the Workload by the next leader, and the check
+// phase evicts inactive workloads that hold quota (reason Inactive, unless
+// the Workload shows the cause: see inactiveCause). The other order could
+// leave a workload evicted but active, which would queue again.
+func (w *Writer) deactivateLocked(ctx context.Context, orig *v1alpha1.Workload, ev Eviction, op, point string) error {
 	if workload.IsActive(orig) {
 		deactivated := orig.DeepCopy()
 		deactivated.Spec.Active = ptr.To(false)
-		if err := w.patchSpec(ctx, orig, deactivated, "deactivate-deadline"); err != nil {
+		if err := w.patchSpec(ctx, orig, deactivated, op); err != nil {
 			return err
 		}
-		crashpoint.Hit("admitter/deactivate-deadline")
-		w.cfg.Recorder.Eventf(deactivated, nil, "Warning", v1alpha1.ReasonRequeuingLimitExceeded, "Deactivate", "%s", msg)
+		crashpoint.Hit(point)
 		orig = deactivated
 	}
-	return w.Evict(ctx, orig, orig, Eviction{Reason: v1alpha1.ReasonRequeuingLimitExceeded, Message: msg})
+	return w.Evict(ctx, orig, orig, ev)
 }

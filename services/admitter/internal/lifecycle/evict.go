@@ -29,6 +29,14 @@ type Eviction struct {
 	// podsStopped: the eviction deleted the workload's running pods; a
 	// pod group then waits for them to be created again.
 	podsStopped bool
+	// deactivate: the workload was deactivated for this reason; the
+	// eviction says so in a Warning event. It is emitted after the
+	// eviction's write, so a leader that finishes a deactivation a crash
+	// cut short emits it too.
+	deactivate bool
+	// resetExecutionTime: the eviction clears the time the workload ran
+	// admitted (status.accumulatedPastExecutionTimeSeconds).
+	resetExecutionTime bool
 }
 
 // Admit writes wl (orig with its check answers) as admitted with infos.
@@ -50,8 +58,14 @@ func (w *Writer) Admit(ctx context.Context, orig, wl *v1alpha1.Workload, infos [
 // so its quota is released in the same write. An admitted one may have
 // running pods: the first write only says Evicted (the decision in force
 // becomes EVICT) and the quota stays reserved until the grouper reports
-// the pods stopped (see Stopped).
+// the pods stopped (see Stopped). An inactive workload's eviction
+// (reason Inactive) names what deactivated it when the Workload shows it
+// (see inactiveCause).
 func (w *Writer) Evict(ctx context.Context, orig, updated *v1alpha1.Workload, ev Eviction) error {
+	now := time.Now()
+	if ev.Reason == v1alpha1.ReasonInactive {
+		ev = inactiveCause(updated, ev, now)
+	}
 	if !workload.IsAdmitted(orig) {
 		return w.Release(ctx, orig, updated, ev)
 	}
@@ -60,7 +74,7 @@ func (w *Writer) Evict(ctx context.Context, orig, updated *v1alpha1.Workload, ev
 	cq := wl.Status.Admission.ClusterQueue
 	wl.Status.PodSetInfos = nil
 	workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadEvicted, metav1.ConditionTrue, ev.Reason, ev.Message, gen)
-	workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadAdmitted, metav1.ConditionFalse, ev.Reason, ev.Message, gen)
+	endAdmission(wl, ev, now)
 	workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadQuotaReserved, metav1.ConditionTrue, v1alpha1.ReasonEvicting,
 		"Quota held in ClusterQueue "+cq+" until the evicted pods stop", gen)
 	setRequeue(wl, ev.RequeueAfter)
@@ -69,7 +83,26 @@ func (w *Writer) Evict(ctx context.Context, orig, updated *v1alpha1.Workload, ev
 	}
 	crashpoint.Hit("admitter/evict")
 	w.cfg.Recorder.Eventf(wl, nil, "Normal", "Evicting", "Evict", "evicting from ClusterQueue %s: %s", cq, ev.Message)
+	w.warnDeactivated(wl, ev)
 	return nil
+}
+
+// endAdmission turns wl's Admitted condition False for ev at now, with
+// the time it ran admitted accounted for (SetNotAdmitted), or the account
+// cleared when ev ends it.
+func endAdmission(wl *v1alpha1.Workload, ev Eviction, now time.Time) {
+	SetNotAdmitted(wl, ev.Reason, ev.Message, now)
+	if ev.resetExecutionTime {
+		wl.Status.AccumulatedPastExecutionTimeSeconds = nil
+	}
+}
+
+// warnDeactivated tells, in a Warning event, why an eviction that
+// deactivated wl did.
+func (w *Writer) warnDeactivated(wl *v1alpha1.Workload, ev Eviction) {
+	if ev.deactivate {
+		w.cfg.Recorder.Eventf(wl, nil, "Warning", ev.Reason, "Deactivate", "%s", ev.Message)
+	}
 }
 
 // Release gives the reservation of updated up in one status write:
@@ -91,7 +124,7 @@ func (w *Writer) Release(ctx context.Context, orig, updated *v1alpha1.Workload, 
 	wl.Status.ReclaimablePods = nil
 	workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadQuotaReserved, metav1.ConditionFalse, v1alpha1.ReasonPending,
 		"waiting for quota again after an eviction: "+ev.Message, gen)
-	workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadAdmitted, metav1.ConditionFalse, ev.Reason, ev.Message, gen)
+	endAdmission(wl, ev, now.Time)
 	workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadEvicted, metav1.ConditionTrue, ev.Reason, ev.Message, gen)
 	resetChecks(wl, now)
 	meta.RemoveStatusCondition(&wl.Status.Conditions, v1alpha1.WorkloadPodsReady)
@@ -106,6 +139,7 @@ func (w *Writer) Release(ctx context.Context, orig, updated *v1alpha1.Workload, 
 	}
 	crashpoint.Hit("admitter/release")
 	w.cfg.Recorder.Eventf(wl, nil, "Normal", "Evicted", "Evict", "evicted from ClusterQueue %s: %s", cq, ev.Message)
+	w.warnDeactivated(wl, ev)
 	w.cfg.Requeue()
 	return nil
 }

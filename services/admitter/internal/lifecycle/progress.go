@@ -36,6 +36,9 @@ func (w *Writer) Submit(ctx context.Context, wl *v1alpha1.Workload) (*v1alpha1.W
 		return w.resubmittedLocked(ctx, cur, wl)
 	}
 	wl = wl.DeepCopy()
+	if err := w.resolvePriority(ctx, wl); err != nil {
+		return nil, false, err
+	}
 	if !slices.Contains(wl.Finalizers, v1alpha1.ResourceInUseFinalizer) {
 		wl.Finalizers = append(wl.Finalizers, v1alpha1.ResourceInUseFinalizer)
 	}

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -69,8 +70,7 @@ func (w *Writer) Reserve(ctx context.Context, r scheduler.Reservation, id string
 		workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadAdmitted, metav1.ConditionTrue, v1alpha1.ReasonAdmitted,
 			"Admitted in ClusterQueue "+cq, gen)
 	} else {
-		workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadAdmitted, metav1.ConditionFalse, v1alpha1.ReasonWaitingForChecks,
-			WaitingForChecksMessage(wl), gen)
+		SetNotAdmitted(wl, v1alpha1.ReasonWaitingForChecks, WaitingForChecksMessage(wl), now.Time)
 	}
 	if err := w.PatchStatus(ctx, orig, wl, "reserve"); err != nil {
 		return err
@@ -129,7 +129,7 @@ func (w *Writer) refuseConflict(ctx context.Context, orig *v1alpha1.Workload, ca
 	gen := wl.Generation
 	workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadQuotaReserved, metav1.ConditionFalse, v1alpha1.ReasonPending,
 		"cannot start: "+msg, gen)
-	workload.SetCondition(&wl.Status.Conditions, v1alpha1.WorkloadAdmitted, metav1.ConditionFalse, v1alpha1.ReasonPodSetUpdateConflict, msg, gen)
+	SetNotAdmitted(wl, v1alpha1.ReasonPodSetUpdateConflict, msg, time.Now())
 	setRequeue(wl, checks.Backoff(&v1alpha1.AdmissionCheck{}, int(RequeueCount(orig))))
 	if err := w.PatchStatus(ctx, orig, wl, "conflict"); err != nil {
 		return err

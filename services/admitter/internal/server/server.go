@@ -204,7 +204,8 @@ func toStatus(err error) error {
 	switch {
 	case errors.Is(err, controller.ErrNotLeader):
 		return errNotLeader
-	case errors.Is(err, lifecycle.ErrPodSetsChanged), errors.Is(err, workload.ErrJoinRefused):
+	case errors.Is(err, lifecycle.ErrPodSetsChanged), errors.Is(err, workload.ErrJoinRefused),
+		errors.Is(err, lifecycle.ErrNoPriorityClass):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, controller.ErrStale), errors.Is(err, lifecycle.ErrPastRun):
 		return status.Error(codes.Unavailable, err.Error())

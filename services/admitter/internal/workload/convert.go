@@ -50,15 +50,23 @@ func FromProto(p *sluicev1.Workload) (*v1alpha1.Workload, error) {
 	if n := len(p.GetPodSets()); n == 0 || n > maxPodSets {
 		return nil, fmt.Errorf("workload.pod_sets: must have between 1 and %d entries, has %d", maxPodSets, n)
 	}
+	classRef, err := priorityClassRef(p)
+	if err != nil {
+		return nil, err
+	}
+	if limit := p.MaximumExecutionTimeSeconds; limit != nil && *limit < 1 {
+		return nil, fmt.Errorf("workload.maximum_execution_time_seconds %d: must be at least 1", *limit)
+	}
 	priority := p.GetPriority()
 	active := true
 	wl := &v1alpha1.Workload{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ref.GetNamespace(), Name: ref.GetName()},
 		Spec: v1alpha1.WorkloadSpec{
-			QueueName:         p.GetQueueName(),
-			Priority:          &priority,
-			PriorityClassName: p.GetPriorityClassName(),
-			Active:            &active,
+			QueueName:                   p.GetQueueName(),
+			Priority:                    &priority,
+			PriorityClassRef:            classRef,
+			MaximumExecutionTimeSeconds: p.MaximumExecutionTimeSeconds,
+			Active:                      &active,
 		},
 	}
 	if tp := p.GetTraceparent(); tp != "" {
@@ -190,17 +198,49 @@ func Ref(wl *v1alpha1.Workload) *sluicev1.WorkloadRef {
 	return &sluicev1.WorkloadRef{Namespace: wl.Namespace, Name: wl.Name, Uid: string(wl.UID)}
 }
 
+// priorityClassRef is the class a submitted workload's priority comes
+// from: the pods' WorkloadPriorityClass, whose value the admitter reads
+// when it creates the Workload, or else their PriorityClass, whose value
+// the pods already carry in spec.priority. Nil for neither.
+func priorityClassRef(p *sluicev1.Workload) (*v1alpha1.PriorityClassRef, error) {
+	if name := p.GetWorkloadPriorityClass(); name != "" {
+		if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+			return nil, fmt.Errorf("workload.workload_priority_class %q: %s", name, errs[0])
+		}
+		return &v1alpha1.PriorityClassRef{Group: v1alpha1.GroupVersion.Group, Kind: v1alpha1.WorkloadPriorityClassKind, Name: name}, nil
+	}
+	if name := p.GetPriorityClassName(); name != "" {
+		if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+			return nil, fmt.Errorf("workload.priority_class_name %q: %s", name, errs[0])
+		}
+		return &v1alpha1.PriorityClassRef{Group: v1alpha1.PodPriorityClassGroup, Kind: v1alpha1.PodPriorityClassKind, Name: name}, nil
+	}
+	return nil, nil
+}
+
+// WorkloadPriorityClass names the WorkloadPriorityClass wl's priority
+// comes from; empty when it comes from the pods' own priority.
+func WorkloadPriorityClass(wl *v1alpha1.Workload) string {
+	if ref := wl.Spec.PriorityClassRef; ref != nil && ref.Kind == v1alpha1.WorkloadPriorityClassKind {
+		return ref.Name
+	}
+	return ""
+}
+
 // ToChecks builds the sluice.checks.v1 view of a reserved workload: each
 // pod set with the flavors of its assignment, and the flavors' node labels
 // and tolerations added to what the pods carry.
 func ToChecks(wl *v1alpha1.Workload, flavors map[string]*v1alpha1.ResourceFlavor) *checksv1.Workload {
 	out := &checksv1.Workload{
-		Namespace:         wl.Namespace,
-		Name:              wl.Name,
-		Uid:               string(wl.UID),
-		QueueName:         wl.Spec.QueueName,
-		PriorityClassName: wl.Spec.PriorityClassName,
-		CreateTime:        timestamppb.New(wl.CreationTimestamp.Time),
+		Namespace:                   wl.Namespace,
+		Name:                        wl.Name,
+		Uid:                         string(wl.UID),
+		QueueName:                   wl.Spec.QueueName,
+		CreateTime:                  timestamppb.New(wl.CreationTimestamp.Time),
+		MaximumExecutionTimeSeconds: wl.Spec.MaximumExecutionTimeSeconds,
+	}
+	if ref := wl.Spec.PriorityClassRef; ref != nil {
+		out.PriorityClassName, out.PriorityClassKind = ref.Name, ref.Kind
 	}
 	out.Priority = Priority(wl)
 	assignments := map[string]v1alpha1.PodSetAssignment{}

@@ -8,7 +8,9 @@ import (
 
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
 
 	sluicev1 "github.com/sluice-dev/sluice/gen/sluice/v1"
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
@@ -85,6 +87,68 @@ func TestFromProto(t *testing.T) {
 			o := wl.OwnerReferences[0]
 			if o.APIVersion != "v1" || o.Kind != "Pod" || !*o.Controller || *o.BlockOwnerDeletion {
 				t.Fatalf("owner = %+v", o)
+			}
+		})
+	}
+}
+
+func TestFromProtoPriorityClassAndRunTime(t *testing.T) {
+	tests := []struct {
+		name      string
+		mutate    func(*sluicev1.Workload)
+		wantRef   *v1alpha1.PriorityClassRef
+		wantClass string // WorkloadPriorityClass(wl)
+		wantMax   *int32
+		wantErr   string
+	}{
+		{name: "no class"},
+		{
+			name:    "the pods' PriorityClass",
+			mutate:  func(w *sluicev1.Workload) { w.PriorityClassName = "high" },
+			wantRef: &v1alpha1.PriorityClassRef{Group: "scheduling.k8s.io", Kind: "PriorityClass", Name: "high"},
+		},
+		{
+			name:      "a WorkloadPriorityClass wins over the PriorityClass",
+			mutate:    func(w *sluicev1.Workload) { w.PriorityClassName, w.WorkloadPriorityClass = "high", "urgent" },
+			wantRef:   &v1alpha1.PriorityClassRef{Group: "sluice.dev", Kind: "WorkloadPriorityClass", Name: "urgent"},
+			wantClass: "urgent",
+		},
+		{name: "bad class name", mutate: func(w *sluicev1.Workload) { w.WorkloadPriorityClass = "Urgent!" }, wantErr: "workload.workload_priority_class"},
+		{name: "a run-time cap", mutate: func(w *sluicev1.Workload) { w.MaximumExecutionTimeSeconds = ptr.To[int32](60) }, wantMax: ptr.To[int32](60)},
+		{name: "a zero cap", mutate: func(w *sluicev1.Workload) { w.MaximumExecutionTimeSeconds = ptr.To[int32](0) }, wantErr: "workload.maximum_execution_time_seconds 0: must be at least 1"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := validProto()
+			if tc.mutate != nil {
+				tc.mutate(p)
+			}
+			wl, err := FromProto(p)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want it to contain %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !equality.Semantic.DeepEqual(wl.Spec.PriorityClassRef, tc.wantRef) {
+				t.Errorf("priorityClassRef = %+v, want %+v", wl.Spec.PriorityClassRef, tc.wantRef)
+			}
+			if got := WorkloadPriorityClass(wl); got != tc.wantClass {
+				t.Errorf("WorkloadPriorityClass = %q, want %q", got, tc.wantClass)
+			}
+			if !equality.Semantic.DeepEqual(wl.Spec.MaximumExecutionTimeSeconds, tc.wantMax) {
+				t.Errorf("maximumExecutionTimeSeconds = %v, want %v", wl.Spec.MaximumExecutionTimeSeconds, tc.wantMax)
+			}
+			checks := ToChecks(wl, nil)
+			if ref := tc.wantRef; ref != nil && (checks.GetPriorityClassName() != ref.Name || checks.GetPriorityClassKind() != ref.Kind) {
+				t.Errorf("checks' view names class %q of kind %q, want %q of kind %q",
+					checks.GetPriorityClassName(), checks.GetPriorityClassKind(), ref.Name, ref.Kind)
+			}
+			if checks.MaximumExecutionTimeSeconds != nil != (tc.wantMax != nil) {
+				t.Errorf("checks' view has cap %v, want %v", checks.MaximumExecutionTimeSeconds, tc.wantMax)
 			}
 		})
 	}

@@ -70,11 +70,16 @@ func CheckJoin(wl *v1alpha1.Workload, j Join) error {
 	}
 	if s := j.Scheduling; s != nil {
 		var diffs []podshape.Difference
-		for _, d := range []*podshape.Difference{
+		checks := []*podshape.Difference{
 			podshape.NodeSelector(s.NodeSelector, tmpl.NodeSelector),
 			podshape.Tolerations(s.Tolerations, tmpl.Tolerations),
-			podshape.Priority(s.Priority, Priority(wl)),
-		} {
+		}
+		// Under a WorkloadPriorityClass the workload's priority is the
+		// class's, not any pod's; the pods agree on the class instead.
+		if WorkloadPriorityClass(wl) == "" {
+			checks = append(checks, podshape.Priority(s.Priority, Priority(wl)))
+		}
+		for _, d := range checks {
 			if d != nil {
 				diffs = append(diffs, *d)
 			}

@@ -142,6 +142,14 @@ func TestCheckJoinScheduling(t *testing.T) {
 	if err := CheckJoin(unset, Join{Pod: "w-1", PodSet: "executor", Scheduling: &JoinScheduling{NodeSelector: pool}}); err != nil {
 		t.Errorf("priority 0 against a workload without one: %v", err)
 	}
+	// A WorkloadPriorityClass's value is no pod's priority: a worker's
+	// own priority is not compared with it.
+	classed := wl.DeepCopy()
+	classed.Spec.PriorityClassRef = &v1alpha1.PriorityClassRef{Group: "sluice.dev", Kind: v1alpha1.WorkloadPriorityClassKind, Name: "urgent"}
+	classed.Spec.Priority = ptr.To[int32](1000)
+	if err := CheckJoin(classed, Join{Pod: "w-1", PodSet: "executor", Scheduling: &JoinScheduling{NodeSelector: pool, Priority: 10}}); err != nil {
+		t.Errorf("a worker of a workload queued at its WorkloadPriorityClass: %v", err)
+	}
 }
 
 func apiServerDefaults() []corev1.Toleration {

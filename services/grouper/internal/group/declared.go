@@ -60,7 +60,7 @@ func declaring(pods []*corev1.Pod) []*corev1.Pod {
 // are deleted. Workers created before the declaring pod wait for it.
 func assembleDeclared(namespace, name string, pods []*corev1.Pod) (*Assembly, error) {
 	group := namespace + "/" + name
-	queue, err := same(group, podkeys.QueueNameLabel, pods, func(p *corev1.Pod) string { return p.Labels[podkeys.QueueNameLabel] })
+	queue, err := sameQueueing(group, pods)
 	if err != nil {
 		return nil, err
 	}

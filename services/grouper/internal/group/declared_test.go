@@ -59,6 +59,10 @@ func TestAssembleDeclared(t *testing.T) {
 		})}, workload: true, members: []string{"d"}},
 		{name: "queues disagree", pods: []*corev1.Pod{member("d", "driver", 1), member("w1", "worker", 2, queue("other"))},
 			err: "disagree on " + podkeys.QueueNameLabel},
+		{name: "a worker names another priority class", pods: []*corev1.Pod{member("d", "driver", 1, priorityClass("urgent")),
+			member("w1", "worker", 2, priorityClass("low"))}, err: "disagree on " + podkeys.PriorityClassLabel},
+		{name: "workers waiting for the driver disagree on the time", pods: []*corev1.Pod{member("w1", "worker", 1, maxExecTime("60")),
+			member("w2", "worker", 2)}, err: "disagree on " + podkeys.MaxExecTimeLabel},
 		{name: "two drivers disagree on the declaration", pods: []*corev1.Pod{member("d", "driver", 1), withSets(member("d2", "driver", 2),
 			`[{"name":"driver","count":2}]`)}, err: "disagree on " + podkeys.PodGroupSetsAnnotation},
 	}
@@ -91,7 +95,7 @@ func TestAssembleDeclared(t *testing.T) {
 }
 
 func TestDeclaredWorkload(t *testing.T) {
-	a, err := Assemble("ns", "g", []*corev1.Pod{member("d", "driver", 1)}, 0)
+	a, err := Assemble("ns", "g", []*corev1.Pod{member("d", "driver", 1, priorityClass("urgent"), maxExecTime("3600"))}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,6 +109,10 @@ func TestDeclaredWorkload(t *testing.T) {
 	}
 	if a.Workload.GetPodGroup() != "g" || a.TotalCount != 3 || !slices.Equal(a.Declared, []string{"driver", "worker"}) {
 		t.Errorf("workload pod group %q, total %d, declared %v", a.Workload.GetPodGroup(), a.TotalCount, a.Declared)
+	}
+	if a.Workload.GetWorkloadPriorityClass() != "urgent" || a.Workload.GetMaximumExecutionTimeSeconds() != 3600 {
+		t.Errorf("workload priority class %q, maximum execution time %d; want the driver's urgent and 3600",
+			a.Workload.GetWorkloadPriorityClass(), a.Workload.GetMaximumExecutionTimeSeconds())
 	}
 }
 

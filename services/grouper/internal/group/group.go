@@ -1,8 +1,8 @@
 // Package group decides what a KEP-976 pod group needs, from its pods
-// alone: whether they agree on their queue and size, which pods make the
-// workload and which are excess, when the workload can be submitted, which
-// failed pods their replacements free, whether pods are missing, and
-// whether the group finished — and how. It knows groups created beforehand
+// alone: whether they agree on how they are queued and on their size,
+// which pods make the workload and which are excess, when the workload can
+// be submitted, which failed pods their replacements free, whether pods
+// are missing, and whether the group finished — and how. It knows groups created beforehand
 // (Story 2: a total count, roles by role hash) and groups declared by the
 // pod-group-sets annotation (Story 3: roles by label, workers created
 // later). It does no I/O; the grouper's controller acts on what it says.
@@ -99,8 +99,9 @@ type Assembly struct {
 
 // Assemble reads the pods of group name (every pod carrying its name, in
 // any order) for a workload to submit. A group whose pods disagree on the
-// queue, the total count or the declaration has no workload
-// (MismatchError), nor has one with too many roles (TooManyRolesError).
+// queue, the priority class, the maximum execution time, the total count
+// or the declaration has no workload (MismatchError), nor has one with
+// too many roles (TooManyRolesError).
 // gangSize is the minCount of the gang of the PodGroup the group's pods
 // name, for a group without a total count (0 when it has none): such a
 // group is submitted with every pod it has once it has gangSize
@@ -117,7 +118,7 @@ func Assemble(namespace, name string, pods []*corev1.Pod, gangSize int32) (*Asse
 		return assembleDeclared(namespace, name, pods)
 	}
 	group := namespace + "/" + name
-	queue, err := same(group, podkeys.QueueNameLabel, pods, func(p *corev1.Pod) string { return p.Labels[podkeys.QueueNameLabel] })
+	queue, err := sameQueueing(group, pods)
 	if err != nil {
 		return nil, err
 	}
@@ -169,6 +170,30 @@ type NoSizeError struct {
 func (e *NoSizeError) Error() string {
 	return fmt.Sprintf("group %s has no %s annotation and waits for the size of its gang: PodGroup %s does not exist yet or has no gang minCount",
 		e.Group, podkeys.PodGroupTotalCountAnnotation, e.PodGroup)
+}
+
+// sameQueueing returns the LocalQueue the pods of a group name, once they
+// agree on every label their workload is queued by: the queue, the
+// WorkloadPriorityClass its quota is reserved (and preempted) at, and how
+// long it may run. A workload has one of each. Otherwise it returns a
+// MismatchError naming the first label they disagree on.
+func sameQueueing(group string, pods []*corev1.Pod) (string, error) {
+	queue, err := sameLabel(group, podkeys.QueueNameLabel, pods)
+	if err != nil {
+		return "", err
+	}
+	for _, key := range []string{podkeys.PriorityClassLabel, podkeys.MaxExecTimeLabel} {
+		if _, err := sameLabel(group, key, pods); err != nil {
+			return "", err
+		}
+	}
+	return queue, nil
+}
+
+// sameLabel returns the value every pod has for label key (empty when
+// none has it), or a MismatchError.
+func sameLabel(group, key string, pods []*corev1.Pod) (string, error) {
+	return same(group, key, pods, func(p *corev1.Pod) string { return p.Labels[key] })
 }
 
 // same returns the value every pod has for key, or a MismatchError.

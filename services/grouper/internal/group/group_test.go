@@ -78,6 +78,12 @@ func running(p *corev1.Pod) {
 func queue(q string) func(*corev1.Pod) {
 	return func(p *corev1.Pod) { p.Labels[podkeys.QueueNameLabel] = q }
 }
+func priorityClass(c string) func(*corev1.Pod) {
+	return func(p *corev1.Pod) { p.Labels[podkeys.PriorityClassLabel] = c }
+}
+func maxExecTime(seconds string) func(*corev1.Pod) {
+	return func(p *corev1.Pod) { p.Labels[podkeys.MaxExecTimeLabel] = seconds }
+}
 func total(n string) func(*corev1.Pod) {
 	return func(p *corev1.Pod) { p.Annotations[podkeys.PodGroupTotalCountAnnotation] = n }
 }
@@ -99,6 +105,8 @@ func TestAssemble(t *testing.T) {
 		excess     []string
 		missing    int32
 		podSets    map[string]int32
+		class      string // the workload's WorkloadPriorityClass
+		seconds    int32  // the workload's maximum execution time; 0 unset
 		errContain []string
 	}{
 		{
@@ -147,6 +155,29 @@ func TestAssemble(t *testing.T) {
 			errContain: []string{podkeys.QueueNameLabel, `"lq" (a, c)`, `"other" (b)`},
 		},
 		{
+			name: "the class and the time every pod names",
+			pods: []*corev1.Pod{pod("a", "r", 0, priorityClass("urgent"), maxExecTime("600")),
+				pod("b", "r", 1, priorityClass("urgent"), maxExecTime("600")), pod("c", "r", 2, priorityClass("urgent"), maxExecTime("600"))},
+			members: []string{"a", "b", "c"},
+			podSets: map[string]int32{"r": 3},
+			class:   "urgent", seconds: 600,
+		},
+		{
+			name:       "priority classes disagree",
+			pods:       []*corev1.Pod{pod("a", "r", 0, priorityClass("urgent")), pod("b", "r", 1), pod("c", "r", 2, priorityClass("urgent"))},
+			errContain: []string{podkeys.PriorityClassLabel, `"" (b)`, `"urgent" (a, c)`},
+		},
+		{
+			name:       "maximum execution times disagree",
+			pods:       []*corev1.Pod{pod("a", "r", 0, maxExecTime("60")), pod("b", "r", 1, maxExecTime("61")), pod("c", "r", 2, maxExecTime("60"))},
+			errContain: []string{podkeys.MaxExecTimeLabel, `"60" (a, c)`, `"61" (b)`},
+		},
+		{
+			name:       "a failed pod must agree too",
+			pods:       []*corev1.Pod{pod("a", "r", 0), pod("b", "r", 1, failed(5), priorityClass("low")), pod("c", "r", 2), pod("d", "r", 3)},
+			errContain: []string{podkeys.PriorityClassLabel, `"low" (b)`},
+		},
+		{
 			name:       "total counts disagree",
 			pods:       []*corev1.Pod{pod("a", "r", 0, total("2")), pod("b", "r", 1)},
 			errContain: []string{podkeys.PodGroupTotalCountAnnotation, `"2" (a)`, `"3" (b)`},
@@ -191,6 +222,10 @@ func TestAssemble(t *testing.T) {
 			}
 			if len(a.Workload.GetOwners()) != 0 || a.Workload.GetPodGroup() != "g" {
 				t.Fatalf("owners %v, pod group %q: want none, and the group's name", a.Workload.GetOwners(), a.Workload.GetPodGroup())
+			}
+			if a.Workload.GetWorkloadPriorityClass() != tt.class || a.Workload.GetMaximumExecutionTimeSeconds() != tt.seconds {
+				t.Fatalf("priority class %q, maximum execution time %d; want %q and %d",
+					a.Workload.GetWorkloadPriorityClass(), a.Workload.GetMaximumExecutionTimeSeconds(), tt.class, tt.seconds)
 			}
 		})
 	}

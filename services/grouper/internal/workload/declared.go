@@ -14,7 +14,8 @@ import (
 // pod-group-sets annotation of pod (KEP-976 Story 3): one pod set per
 // declared set, named as declared, counting its declared pods — most of
 // which do not exist yet. A set without a template is shaped like pod; the
-// others like their template. The queue, priority and trace come from pod.
+// others like their template. The queue, priorities, maximum execution
+// time and trace come from pod.
 func ForDeclared(name string, pod *corev1.Pod) (*sluicev1.Workload, error) {
 	queue := pod.Labels[podkeys.QueueNameLabel]
 	if queue == "" {
@@ -37,7 +38,7 @@ func ForDeclared(name string, pod *corev1.Pod) (*sluicev1.Workload, error) {
 		}
 		sets = append(sets, set)
 	}
-	return groupWorkload(pod.Namespace, name, pod, sets), nil
+	return groupWorkload(pod.Namespace, name, pod, sets)
 }
 
 // Declaration reads the pod-group-sets annotation of pod.

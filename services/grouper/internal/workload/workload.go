@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -83,7 +84,8 @@ func SinglePodName(podName, uid string) string {
 }
 
 // ForSinglePod builds the workload of a single pod: one pod set "main" of
-// count 1, controlled by the pod, shaped like the pod.
+// count 1, controlled by the pod, shaped like the pod, queued by the pod's
+// queue, priority class and maximum execution time.
 func ForSinglePod(pod *corev1.Pod) (*sluicev1.Workload, error) {
 	if IsGroupMember(pod) {
 		return nil, fmt.Errorf("pod %s/%s belongs to a group (label %s, or spec.schedulingGroup), not a single-pod workload",
@@ -97,6 +99,10 @@ func ForSinglePod(pod *corev1.Pod) (*sluicev1.Workload, error) {
 	if pod.UID == "" {
 		return nil, fmt.Errorf("pod %s/%s: metadata.uid is empty: the workload name and owner need it", pod.Namespace, pod.Name)
 	}
+	maxExecTime, err := maxExecTimeOf(pod)
+	if err != nil {
+		return nil, err
+	}
 	set, err := podSetFor(SinglePodSetName, 1, pod)
 	if err != nil {
 		return nil, err
@@ -106,12 +112,14 @@ func ForSinglePod(pod *corev1.Pod) (*sluicev1.Workload, error) {
 			Namespace: pod.Namespace,
 			Name:      SinglePodName(pod.Name, string(pod.UID)),
 		},
-		QueueName:         queue,
-		Priority:          Priority(pod),
-		PriorityClassName: pod.Spec.PriorityClassName,
-		PodSets:           []*sluicev1.PodSet{set},
-		Owners:            []*sluicev1.OwnerReference{{Name: pod.Name, Uid: string(pod.UID), Controller: true}},
-		Traceparent:       pod.Annotations[podkeys.TraceparentAnnotation],
+		QueueName:                   queue,
+		Priority:                    Priority(pod),
+		PriorityClassName:           pod.Spec.PriorityClassName,
+		WorkloadPriorityClass:       pod.Labels[podkeys.PriorityClassLabel],
+		MaximumExecutionTimeSeconds: maxExecTime,
+		PodSets:                     []*sluicev1.PodSet{set},
+		Owners:                      []*sluicev1.OwnerReference{{Name: pod.Name, Uid: string(pod.UID), Controller: true}},
+		Traceparent:                 pod.Annotations[podkeys.TraceparentAnnotation],
 	}, nil
 }
 
@@ -122,8 +130,9 @@ func ForSinglePod(pod *corev1.Pod) (*sluicev1.Workload, error) {
 // workload: its pods come and go (a failed pod replaced, every pod deleted
 // by an eviction and created again) while it stays, so sluice deletes it
 // itself once the group has no pod and waits for none. The queue,
-// priority and trace come from the first pod (the group package refuses
-// groups whose pods disagree on the queue).
+// priorities, maximum execution time and trace come from the first pod
+// (the group package refuses groups whose pods disagree on the queue, the
+// priority class or the maximum execution time).
 func ForGroup(namespace, name string, pods []*corev1.Pod) (*sluicev1.Workload, error) {
 	if len(pods) == 0 {
 		return nil, fmt.Errorf("group %s/%s: no pods", namespace, name)
@@ -152,22 +161,29 @@ func ForGroup(namespace, name string, pods []*corev1.Pod) (*sluicev1.Workload, e
 		byRole[hash] = set
 		sets = append(sets, set)
 	}
-	return groupWorkload(namespace, name, first, sets), nil
+	return groupWorkload(namespace, name, first, sets)
 }
 
 // groupWorkload is the workload of pod group name, with pod sets sets
-// (sorted by name here); the queue, priority and trace come from first.
-func groupWorkload(namespace, name string, first *corev1.Pod, sets []*sluicev1.PodSet) *sluicev1.Workload {
+// (sorted by name here); the queue, priorities, maximum execution time
+// and trace come from first.
+func groupWorkload(namespace, name string, first *corev1.Pod, sets []*sluicev1.PodSet) (*sluicev1.Workload, error) {
+	maxExecTime, err := maxExecTimeOf(first)
+	if err != nil {
+		return nil, fmt.Errorf("group %s/%s: %w", namespace, name, err)
+	}
 	slices.SortFunc(sets, func(a, b *sluicev1.PodSet) int { return strings.Compare(a.GetName(), b.GetName()) })
 	return &sluicev1.Workload{
-		Ref:               &sluicev1.WorkloadRef{Namespace: namespace, Name: name},
-		QueueName:         first.Labels[podkeys.QueueNameLabel],
-		Priority:          Priority(first),
-		PriorityClassName: first.Spec.PriorityClassName,
-		PodSets:           sets,
-		Traceparent:       first.Annotations[podkeys.TraceparentAnnotation],
-		PodGroup:          name,
-	}
+		Ref:                         &sluicev1.WorkloadRef{Namespace: namespace, Name: name},
+		QueueName:                   first.Labels[podkeys.QueueNameLabel],
+		Priority:                    Priority(first),
+		PriorityClassName:           first.Spec.PriorityClassName,
+		WorkloadPriorityClass:       first.Labels[podkeys.PriorityClassLabel],
+		MaximumExecutionTimeSeconds: maxExecTime,
+		PodSets:                     sets,
+		Traceparent:                 first.Annotations[podkeys.TraceparentAnnotation],
+		PodGroup:                    name,
+	}, nil
 }
 
 // Priority is the pod's spec.priority, 0 when unset.
@@ -176,6 +192,25 @@ func Priority(pod *corev1.Pod) int32 {
 		return 0
 	}
 	return *pod.Spec.Priority
+}
+
+// maxExecTimeOf is the pod's maximum execution time in seconds, from its
+// label podkeys.MaxExecTimeLabel; nil without one. The webhook refuses a
+// value that is not a whole number from 1 to 2147483647 (the Workload's
+// field is an int32), but a pod it missed may carry any: such a pod is
+// not queued, with an error that says why.
+func maxExecTimeOf(pod *corev1.Pod) (*int32, error) {
+	value, ok := pod.Labels[podkeys.MaxExecTimeLabel]
+	if !ok {
+		return nil, nil
+	}
+	seconds, err := strconv.ParseInt(value, 10, 32)
+	if err != nil || seconds < 1 {
+		return nil, fmt.Errorf("pod %s/%s: label %s is %q: it must be a whole number of seconds from 1 to 2147483647",
+			pod.Namespace, pod.Name, podkeys.MaxExecTimeLabel, value)
+	}
+	limit := int32(seconds)
+	return &limit, nil
 }
 
 // RoleHash returns the pod's role hash: the webhook's annotation, or, for

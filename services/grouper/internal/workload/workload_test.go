@@ -3,6 +3,8 @@ package workload
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"maps"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -12,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
 
 	sluicev1 "github.com/sluice-dev/sluice/gen/sluice/v1"
 	"github.com/sluice-dev/sluice/pkg/podkeys"
@@ -211,6 +214,76 @@ func TestForSinglePodErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The WorkloadPriorityClass and the maximum execution time the pods name
+// reach the workload of a single pod, of a group created beforehand and of
+// a declared group alike; a time the webhook would have refused queues no
+// workload.
+func TestPriorityClassAndMaxExecTime(t *testing.T) {
+	build := map[string]func(*corev1.Pod) (*sluicev1.Workload, error){
+		"single pod": ForSinglePod,
+		"group": func(p *corev1.Pod) (*sluicev1.Workload, error) {
+			p.Labels[podkeys.PodGroupNameLabel] = "g"
+			return ForGroup("ns", "g", []*corev1.Pod{p})
+		},
+		"declared group": func(p *corev1.Pod) (*sluicev1.Workload, error) {
+			p.Labels[podkeys.PodGroupNameLabel] = "g"
+			p.Annotations[podkeys.PodGroupSetsAnnotation] = `[{"name":"driver","count":1}]`
+			return ForDeclared("g", p)
+		},
+	}
+	tests := []struct {
+		name        string
+		labels      map[string]string
+		wantClass   string
+		wantSeconds *int32
+		wantErr     string
+	}{
+		{name: "neither"},
+		{name: "a class", labels: map[string]string{podkeys.PriorityClassLabel: "urgent"}, wantClass: "urgent"},
+		{name: "a time", labels: map[string]string{podkeys.MaxExecTimeLabel: "3600"}, wantSeconds: ptr.To[int32](3600)},
+		{
+			name:      "both, the longest time",
+			labels:    map[string]string{podkeys.PriorityClassLabel: "batch", podkeys.MaxExecTimeLabel: "2147483647"},
+			wantClass: "batch", wantSeconds: ptr.To[int32](2147483647),
+		},
+		{name: "zero seconds", labels: map[string]string{podkeys.MaxExecTimeLabel: "0"}, wantErr: `is "0"`},
+		{name: "negative", labels: map[string]string{podkeys.MaxExecTimeLabel: "-1"}, wantErr: `is "-1"`},
+		{name: "a duration", labels: map[string]string{podkeys.MaxExecTimeLabel: "1h"}, wantErr: `is "1h"`},
+		{name: "beyond an int32", labels: map[string]string{podkeys.MaxExecTimeLabel: "2147483648"}, wantErr: `is "2147483648"`},
+		{name: "empty", labels: map[string]string{podkeys.MaxExecTimeLabel: ""}, wantErr: `is ""`},
+	}
+	for kind, build := range build {
+		for _, tt := range tests {
+			t.Run(kind+"/"+tt.name, func(t *testing.T) {
+				wl, err := build(pod("p", func(p *corev1.Pod) { maps.Copy(p.Labels, tt.labels) }))
+				if tt.wantErr != "" {
+					if err == nil || !strings.Contains(err.Error(), podkeys.MaxExecTimeLabel) || !strings.Contains(err.Error(), tt.wantErr) {
+						t.Fatalf("error = %v, want one naming %s and saying %s", err, podkeys.MaxExecTimeLabel, tt.wantErr)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := wl.GetWorkloadPriorityClass(); got != tt.wantClass {
+					t.Errorf("workload priority class = %q, want %q", got, tt.wantClass)
+				}
+				if got := wl.MaximumExecutionTimeSeconds; !ptr.Equal(got, tt.wantSeconds) {
+					t.Errorf("maximum execution time = %s, want %s", orUnset(got), orUnset(tt.wantSeconds))
+				}
+			})
+		}
+	}
+}
+
+// orUnset renders an optional number for messages.
+func orUnset(p *int32) string {
+	if p == nil {
+		return "unset"
+	}
+	return strconv.Itoa(int(*p))
 }
 
 func TestForSinglePodComputesMissingRoleHash(t *testing.T) {

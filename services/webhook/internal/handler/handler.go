@@ -55,6 +55,8 @@ type Lookup interface {
 	// GroupRuns reports whether a pod of a group runs (see mutate.Runs),
 	// as far as the webhook has seen.
 	GroupRuns(ctx context.Context, namespace, group string) (bool, error)
+	// PriorityClassExists reports whether a WorkloadPriorityClass exists.
+	PriorityClassExists(ctx context.Context, name string) (bool, error)
 }
 
 func newDecoder() (admission.Decoder, error) {
@@ -153,9 +155,6 @@ func (h *Mutator) handle(ctx context.Context, req admission.Request, mayDefault 
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	if len(errs) > 0 {
-		return denied(h.metrics, pod, errs)
-	}
 	var defaultExists func() (bool, error)
 	if mayDefault {
 		defaultExists = func() (bool, error) { return h.lookup.DefaultQueueExists(ctx, req.Namespace) }
@@ -168,10 +167,14 @@ func (h *Mutator) handle(ctx context.Context, req admission.Request, mayDefault 
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
+	queueingErrs, err := validateQueueing(ctx, h.lookup, pod, decision.Managed())
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	if errs = append(errs, queueingErrs...); len(errs) > 0 {
+		return denied(h.metrics, pod, errs)
+	}
 	if !decision.Managed() {
-		if errs := validate.Unqueued(pod); len(errs) > 0 {
-			return denied(h.metrics, pod, errs)
-		}
 		if decision.LeftToKueue {
 			return admission.Allowed("the pod's controller is queued by Kueue")
 		}
@@ -356,17 +359,18 @@ func (h *Validator) Handle(ctx context.Context, req admission.Request) admission
 	if req.Operation == admissionv1.Create {
 		// The pod has passed sluice's mutating webhooks, which stamp the
 		// trace context on the pods they queue; any other sluice.dev/ key
-		// is the user's.
+		// is the user's. They queue every pod that names a queue, and
+		// defaulting gives one to every pod it queues.
 		_, queued := pod.Labels[podkeys.QueueNameLabel]
 		var err error
 		if errs, err = validateCreate(ctx, h.lookup, pod, queued); err != nil {
 			return admission.Errored(http.StatusInternalServerError, err)
 		}
-		if !queued {
-			// The mutating webhooks queue every pod that names a queue,
-			// and defaulting gives one to every pod it queues.
-			errs = append(errs, validate.Unqueued(pod)...)
+		queueingErrs, err := validateQueueing(ctx, h.lookup, pod, queued)
+		if err != nil {
+			return admission.Errored(http.StatusInternalServerError, err)
 		}
+		errs = append(errs, queueingErrs...)
 	} else {
 		old := &corev1.Pod{}
 		if err := h.decoder.DecodeRaw(req.OldObject, old); err != nil {
@@ -397,6 +401,18 @@ func validateCreate(ctx context.Context, l Lookup, pod *corev1.Pod, traceStamped
 		return nil, fmt.Errorf("look up group %s: %w", group, err)
 	}
 	return validate.Worker(pod, seen), nil
+}
+
+// validateQueueing judges the keys of a new pod whose rules depend on
+// whether sluice queues it: a queued pod's keys that matter only then,
+// with the WorkloadPriorityClass it names looked up (validate.Queued); an
+// unqueued pod's managed label, which it may not carry
+// (validate.Unqueued).
+func validateQueueing(ctx context.Context, l Lookup, pod *corev1.Pod, queued bool) (field.ErrorList, error) {
+	if !queued {
+		return validate.Unqueued(pod), nil
+	}
+	return validate.Queued(pod, func(name string) (bool, error) { return l.PriorityClassExists(ctx, name) })
 }
 
 // managedPod decodes the request's pod when its namespace is managed by

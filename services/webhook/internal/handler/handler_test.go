@@ -42,9 +42,22 @@ import (
 type stubLookup struct {
 	unmanaged     map[string]bool
 	defaultQueues map[string]bool
-	declared      validate.Group // what DeclaredGroup tells of every group
-	runs          bool           // what GroupRuns tells of every group
+	declared      validate.Group  // what DeclaredGroup tells of every group
+	runs          bool            // what GroupRuns tells of every group
+	classes       map[string]bool // the WorkloadPriorityClasses that exist
+	classLookups  *int            // counts PriorityClassExists calls when set
+	classErr      error           // fails PriorityClassExists alone
 	err           error
+}
+
+func (s stubLookup) PriorityClassExists(_ context.Context, name string) (bool, error) {
+	if s.classLookups != nil {
+		*s.classLookups++
+	}
+	if s.classErr != nil {
+		return false, s.classErr
+	}
+	return s.classes[name], s.err
 }
 
 func (s stubLookup) NamespaceManaged(_ context.Context, ns string) (bool, error) {
@@ -767,9 +780,12 @@ func TestMutatorRefusesSluiceKeys(t *testing.T) {
 			wantRejected: 1,
 		},
 		{
-			name:         "a trace context with the other marks but no queue",
-			pod:          marked(nil, withTrace(stamped), podkeys.QueueNameLabel),
-			wantMessage:  traceRefusal,
+			// Unqueued, the pod may not carry the managed label either:
+			// every broken rule is reported at once.
+			name: "a trace context with the other marks but no queue",
+			pod:  marked(nil, withTrace(stamped), podkeys.QueueNameLabel),
+			wantMessage: `Pod "p" is invalid: [metadata.annotations[sluice.dev/traceparent]` + forbidden +
+				`, metadata.labels[kueue.x-k8s.io/managed]: Forbidden: ` + validate.DetailManagedUnqueued + `]`,
 			wantRejected: 1,
 		},
 		{
@@ -994,5 +1010,181 @@ func TestMutatorOwnersPresetChanges(t *testing.T) {
 		if !resp.Allowed || (len(resp.Patches) > 0) != step.wantPatched {
 			t.Errorf("%s: allowed %v, patches %v; want patched %v", step.name, resp.Allowed, resp.Patches, step.wantPatched)
 		}
+	}
+}
+
+// The priority class and the maximum execution time are judged only on the
+// pods sluice queues, at creation by the mutating webhook, and a class is
+// looked up only for them: sluice never stands in the way of a pod it
+// leaves alone.
+func TestMutatorJudgesQueuedKeys(t *testing.T) {
+	const missing = `Pod "p" is invalid: metadata.labels[kueue.x-k8s.io/priority-class]: Invalid value: "urgent": ` +
+		`WorkloadPriorityClass "urgent" does not exist: create it, or name one that does (kubectl get workloadpriorityclasses)`
+	labels := func(kv ...string) map[string]string {
+		m := map[string]string{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	queue, class, exec := podkeys.QueueNameLabel, podkeys.PriorityClassLabel, podkeys.MaxExecTimeLabel
+	job := func(p *corev1.Pod) *corev1.Pod {
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "j", UID: "u", Controller: ptr.To(true)}}
+		return p
+	}
+	tests := []struct {
+		name        string
+		pod         *corev1.Pod
+		classes     map[string]bool
+		classErr    error
+		defaulting  bool
+		wantLookups int
+		wantPatched bool
+		wantMessage string // non-empty: refused with this message
+		wantReasons []string
+		wantCode    int32 // non-zero: failed with this code
+	}{
+		{
+			name: "a class that exists", pod: testPod("team", labels(queue, "q", class, "urgent", exec, "3600"), nil),
+			classes: map[string]bool{"urgent": true}, wantLookups: 1, wantPatched: true,
+		},
+		{
+			name: "a class that does not exist", pod: testPod("team", labels(queue, "q", class, "urgent"), nil),
+			wantLookups: 1, wantMessage: missing, wantReasons: []string{"Invalid:priority-class"},
+		},
+		{
+			name: "a defaulted pod naming a class that does not exist", pod: testPod("with-default", labels(class, "urgent"), nil),
+			defaulting: true, wantLookups: 1, wantMessage: missing, wantReasons: []string{"Invalid:priority-class"},
+		},
+		{
+			name: "a maximum execution time that is not a number of seconds", pod: testPod("team", labels(queue, "q", exec, "1h"), nil),
+			wantMessage: `Pod "p" is invalid: metadata.labels[kueue.x-k8s.io/max-exec-time-seconds]: Invalid value: "1h": ` + validate.DetailMaxExecTimeNotPositive,
+			wantReasons: []string{"Invalid:max-exec-time-seconds"},
+		},
+		{
+			name:        "reported with the other broken rules",
+			pod:         testPod("team", labels(queue, "q", podkeys.PodGroupNameLabel, "g", class, "urgent"), nil),
+			wantLookups: 1,
+			wantMessage: `Pod "p" is invalid: [metadata.annotations[kueue.x-k8s.io/pod-group-total-count]: Required value: ` + validate.DetailGroupNeedsCount + `, ` +
+				strings.TrimPrefix(missing, `Pod "p" is invalid: `) + `]`,
+			wantReasons: []string{"Required:pod-group-total-count", "Invalid:priority-class"},
+		},
+		{name: "a pod naming no queue", pod: testPod("team", labels(class, "Not_A_Class", exec, "never"), nil)},
+		{name: "a pod without a default queue, opted in", pod: testPod("team", labels(class, "urgent"), nil), defaulting: true},
+		{name: "a Job's pod left to Kueue", pod: job(testPod("team", labels(queue, "q", class, "urgent", exec, "0"), nil))},
+		{
+			name: "the lookup fails closed", pod: testPod("team", labels(queue, "q", class, "urgent"), nil),
+			classErr: errors.New("boom"), wantLookups: 1, wantCode: http.StatusInternalServerError,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var lookups int
+			l := stubLookup{defaultQueues: map[string]bool{"with-default": true}, classes: tc.classes, classLookups: &lookups, classErr: tc.classErr}
+			m, reg := newMetrics(t)
+			h, err := NewMutator(l, m, noop.NewTracerProvider().Tracer("t"), propagation.TraceContext{},
+				WithLeftToKueue(func() []schema.GroupKind { return mutate.KueueOwners }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var handler admission.Handler = h
+			if tc.defaulting {
+				handler = h.DefaultingWebhook().Handler
+			}
+			resp := handler.Handle(context.Background(), request(t, admissionv1.Create, tc.pod, nil))
+			if lookups != tc.wantLookups {
+				t.Errorf("WorkloadPriorityClass lookups = %d, want %d", lookups, tc.wantLookups)
+			}
+			switch {
+			case tc.wantCode != 0:
+				if resp.Allowed || resp.Result == nil || resp.Result.Code != tc.wantCode {
+					t.Fatalf("response = %+v, want a failure with code %d", resp.AdmissionResponse, tc.wantCode)
+				}
+			case tc.wantMessage != "":
+				if resp.Allowed || resp.Result == nil || !strings.HasPrefix(resp.Result.Message, tc.wantMessage) {
+					t.Fatalf("response = %+v\nwant a refusal starting with %q", resp.AdmissionResponse, tc.wantMessage)
+				}
+				if len(resp.Patches) != 0 {
+					t.Errorf("a refused pod was patched: %+v", resp.Patches)
+				}
+				for _, reason := range tc.wantReasons {
+					if got := counter(t, reg, "sluice_webhook_pods_rejected_total", reason); got != 1 {
+						t.Errorf("pods rejected{reason=%q} = %v, want 1", reason, got)
+					}
+				}
+				if tc.defaulting {
+					return
+				}
+				// The validating webhook words the same refusal identically.
+				v, err := NewValidator(l, mustMetrics(t))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := v.Handle(context.Background(), request(t, admissionv1.Create, tc.pod, nil)).Result; !equality.Semantic.DeepEqual(resp.Result, want) {
+					t.Errorf("mutating refusal %+v differs from the validating one %+v", resp.Result, want)
+				}
+			default:
+				if !resp.Allowed {
+					t.Fatalf("refused: %+v", resp.Result)
+				}
+				if got := len(resp.Patches) > 0; got != tc.wantPatched {
+					t.Errorf("patched = %v, want %v", got, tc.wantPatched)
+				}
+			}
+		})
+	}
+}
+
+// An update may not add, change or remove the priority class or the
+// maximum execution time of a pod sluice queued.
+func TestValidatorRefusesChangesFixedAtCreation(t *testing.T) {
+	managed := func(kv ...string) *corev1.Pod {
+		labels := map[string]string{podkeys.QueueNameLabel: "q", podkeys.ManagedLabel: podkeys.ManagedLabelValue}
+		for i := 0; i+1 < len(kv); i += 2 {
+			labels[kv[i]] = kv[i+1]
+		}
+		return testPod("team", labels, nil)
+	}
+	tests := []struct {
+		name     string
+		old, pod *corev1.Pod
+		want     string
+		reason   string
+	}{
+		{
+			name: "class changed", old: managed(podkeys.PriorityClassLabel, "low"), pod: managed(podkeys.PriorityClassLabel, "urgent"),
+			want:   `Pod "p" is invalid: metadata.labels[kueue.x-k8s.io/priority-class]: Invalid value: "urgent": ` + validate.DetailPriorityClassImmutable,
+			reason: "Invalid:priority-class",
+		},
+		{
+			name: "class removed", old: managed(podkeys.PriorityClassLabel, "low"), pod: managed(),
+			want:   `Pod "p" is invalid: metadata.labels[kueue.x-k8s.io/priority-class]: Forbidden: ` + validate.DetailPriorityClassImmutable,
+			reason: "Forbidden:priority-class",
+		},
+		{
+			name: "time added", old: managed(), pod: managed(podkeys.MaxExecTimeLabel, "60"),
+			want:   `Pod "p" is invalid: metadata.labels[kueue.x-k8s.io/max-exec-time-seconds]: Invalid value: "60": ` + validate.DetailMaxExecTimeImmutable,
+			reason: "Invalid:max-exec-time-seconds",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m, reg := newMetrics(t)
+			var lookups int
+			h, err := NewValidator(stubLookup{classLookups: &lookups}, m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp := h.Handle(context.Background(), request(t, admissionv1.Update, tc.pod, tc.old))
+			if resp.Allowed || resp.Result == nil || resp.Result.Message != tc.want {
+				t.Fatalf("response = %+v\nwant a refusal %q", resp.AdmissionResponse, tc.want)
+			}
+			if got := counter(t, reg, "sluice_webhook_pods_rejected_total", tc.reason); got != 1 {
+				t.Errorf("pods rejected{reason=%q} = %v, want 1", tc.reason, got)
+			}
+			if lookups != 0 {
+				t.Errorf("an update looked up %d WorkloadPriorityClasses, want none", lookups)
+			}
+		})
 	}
 }

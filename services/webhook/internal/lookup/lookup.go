@@ -1,10 +1,11 @@
 // Package lookup answers the webhook's questions about a pod's
 // surroundings — is its namespace managed, does its namespace have a default
-// LocalQueue, what has its group already (its declaration, the pods of
-// each role, whether it runs), is Kueue installed — from informer caches
-// (of object metadata, and of the few fields of pods in groups that
-// matter, summed up per group), so the webhook sends no request to the
-// API server per pod and reads no group pod by pod.
+// LocalQueue, does the WorkloadPriorityClass it names exist, what has its
+// group already (its declaration, the pods of each role, whether it runs),
+// is Kueue installed — from informer caches (of object metadata, and of the
+// few fields of pods in groups that matter, summed up per group), so the
+// webhook sends no request to the API server per pod and reads no group pod
+// by pod. Only a WorkloadPriorityClass the cache lacks is looked up live.
 package lookup
 
 import (
@@ -36,6 +37,10 @@ import (
 
 // LocalQueueGVK is the kind of sluice's namespaced queues.
 var LocalQueueGVK = schema.GroupVersionKind{Group: "sluice.dev", Version: "v1alpha1", Kind: "LocalQueue"}
+
+// WorkloadPriorityClassGVK is the kind pods name with
+// podkeys.PriorityClassLabel.
+var WorkloadPriorityClassGVK = LocalQueueGVK.GroupVersion().WithKind("WorkloadPriorityClass")
 
 var namespaceGVK = corev1.SchemeGroupVersion.WithKind("Namespace")
 
@@ -70,24 +75,24 @@ type Options struct {
 	// when the caches have synced (changed false), then on each change
 	// (changed true). Calls are serialized, in the order of the changes.
 	OnKueue func(installed, changed bool)
-	// RetryInterval is how long to wait before trying again when the
-	// LocalQueue CRD is not served yet. Defaults to 2s.
+	// RetryInterval is how long to wait before trying again when a CRD
+	// the caches watch is not served yet. Defaults to 2s.
 	RetryInterval time.Duration
 	// Log receives progress messages.
 	Log logr.Logger
 }
 
-// Cache holds the metadata of namespaces and of default LocalQueues, and
-// a summary of each group of the pods that name a role in a group
-// (KEP-976 Story 3's declared groups) or, with Options.AllGroupPods, of
-// every pod that names a group.
+// Cache holds the metadata of namespaces, of default LocalQueues and of
+// WorkloadPriorityClasses, and a summary of each group of the pods that
+// name a role in a group (KEP-976 Story 3's declared groups) or, with
+// Options.AllGroupPods, of every pod that names a group.
 type Cache struct {
 	cfg  *rest.Config
 	opts Options
-	// reader is set once the caches, and groups, have synced; nil before.
-	reader atomic.Pointer[cache.Cache]
-	synced chan struct{}
-	groups *groups
+	// readers is set once the caches, and groups, have synced; nil before.
+	readers atomic.Pointer[readers]
+	synced  chan struct{}
+	groups  *groups
 
 	// kueueMu guards kueue and kueueSynced: OnKueueChange is called in
 	// the order of the changes.
@@ -107,6 +112,12 @@ func New(cfg *rest.Config, opts Options) *Cache {
 	return &Cache{cfg: cfg, opts: opts, synced: make(chan struct{}), groups: newGroups(opts.Log)}
 }
 
+// readers read what the webhook looks up: from the caches, and live from
+// the API server for what a cache may not have seen yet.
+type readers struct {
+	cached, live client.Reader
+}
+
 func metadataOf(gvk schema.GroupVersionKind) *metav1.PartialObjectMetadata {
 	obj := &metav1.PartialObjectMetadata{}
 	obj.SetGroupVersionKind(gvk)
@@ -114,16 +125,19 @@ func metadataOf(gvk schema.GroupVersionKind) *metav1.PartialObjectMetadata {
 }
 
 // Run fills the caches and keeps them up to date until ctx is done. It
-// waits for the LocalQueue CRD if it is not served yet, so the webhook can
-// start before the CRDs are installed. Synced is closed once both caches
-// have their initial contents.
+// waits for sluice's CRDs (LocalQueue, WorkloadPriorityClass) if they are
+// not served yet, so the webhook can start before the CRDs are installed.
+// Synced is closed once every cache has its initial contents.
 func (c *Cache) Run(ctx context.Context) error {
+	live, err := client.New(c.cfg, client.Options{})
+	if err != nil {
+		return fmt.Errorf("create API client for live lookups: %w", err)
+	}
 	var (
 		informers cache.Cache
 		handled   []toolscache.InformerSynced
 	)
 	for {
-		var err error
 		informers, handled, err = c.build(ctx)
 		if err == nil {
 			break
@@ -131,7 +145,7 @@ func (c *Cache) Run(ctx context.Context) error {
 		if !meta.IsNoMatchError(err) && !apierrors.IsNotFound(err) {
 			return err
 		}
-		c.opts.Log.Info("waiting for the LocalQueue CRD to be served", "kind", LocalQueueGVK.String(), "reason", err.Error())
+		c.opts.Log.Info("waiting for sluice's CRDs to be served", "kinds", []string{LocalQueueGVK.Kind, WorkloadPriorityClassGVK.Kind}, "reason", err.Error())
 		select {
 		case <-ctx.Done():
 			return nil
@@ -148,7 +162,7 @@ func (c *Cache) Run(ctx context.Context) error {
 		// Both give up only when ctx is done.
 		return <-errs
 	}
-	c.reader.Store(&informers)
+	c.readers.Store(&readers{cached: informers, live: live})
 	c.kueueMu.Lock()
 	c.kueueSynced = true
 	if c.opts.OnKueue != nil {
@@ -165,7 +179,8 @@ func (c *Cache) Run(ctx context.Context) error {
 }
 
 // build creates the cache and registers its informers: namespaces,
-// default LocalQueues, pods of groups and, with WatchKueue, Kueue's CRD.
+// default LocalQueues, WorkloadPriorityClasses, pods of groups and, with
+// WatchKueue, Kueue's CRD.
 // It returns, with the cache, whether its event handlers have seen the
 // informers' initial contents.
 func (c *Cache) build(ctx context.Context) (cache.Cache, []toolscache.InformerSynced, error) {
@@ -198,7 +213,7 @@ func (c *Cache) build(ctx context.Context) (cache.Cache, []toolscache.InformerSy
 	if err != nil {
 		return nil, nil, fmt.Errorf("create webhook caches: %w", err)
 	}
-	for _, obj := range []client.Object{metadataOf(namespaceGVK), queue} {
+	for _, obj := range []client.Object{metadataOf(namespaceGVK), queue, metadataOf(WorkloadPriorityClassGVK)} {
 		if _, err := informers.GetInformer(ctx, obj); err != nil {
 			return nil, nil, fmt.Errorf("watch %T %s: %w", obj, obj.GetObjectKind().GroupVersionKind().Kind, err)
 		}
@@ -307,18 +322,18 @@ func (c *Cache) Synced() <-chan struct{} { return c.synced }
 
 // Ready returns nil once the caches have synced; it fits a readiness check.
 func (c *Cache) Ready(context.Context) error {
-	if c.reader.Load() == nil {
+	if c.readers.Load() == nil {
 		return ErrNotSynced
 	}
 	return nil
 }
 
 func (c *Cache) get(ctx context.Context, key types.NamespacedName, obj client.Object) (bool, error) {
-	r := c.reader.Load()
+	r := c.readers.Load()
 	if r == nil {
 		return false, ErrNotSynced
 	}
-	err := (*r).Get(ctx, key, obj)
+	err := r.cached.Get(ctx, key, obj)
 	switch {
 	case err == nil:
 		return true, nil
@@ -352,11 +367,33 @@ func (c *Cache) DefaultQueueExists(ctx context.Context, namespace string) (bool,
 	return c.get(ctx, types.NamespacedName{Namespace: namespace, Name: c.opts.DefaultQueue}, metadataOf(LocalQueueGVK))
 }
 
+// PriorityClassExists reports whether the WorkloadPriorityClass name
+// exists. A class the cache lacks is read once from the API server before
+// the answer is no: the watch may not have delivered a class created a
+// moment before the pod. Only pods naming a missing (or brand-new) class
+// cost that request.
+func (c *Cache) PriorityClassExists(ctx context.Context, name string) (bool, error) {
+	key := types.NamespacedName{Name: name}
+	found, err := c.get(ctx, key, metadataOf(WorkloadPriorityClassGVK))
+	if err != nil || found {
+		return found, err
+	}
+	err = c.readers.Load().live.Get(ctx, key, metadataOf(WorkloadPriorityClassGVK))
+	switch {
+	case err == nil:
+		return true, nil
+	case apierrors.IsNotFound(err):
+		return false, nil
+	default:
+		return false, fmt.Errorf("read WorkloadPriorityClass %s from the API server: %w", name, err)
+	}
+}
+
 // DeclaredGroup tells what the cache has seen of group in namespace, for
 // judging a new pod of role in it (see validate.Worker): the group's
 // declaration and how many pods of role take a place in it.
 func (c *Cache) DeclaredGroup(_ context.Context, namespace, group, role string) (validate.Group, error) {
-	if c.reader.Load() == nil {
+	if c.readers.Load() == nil {
 		return validate.Group{}, ErrNotSynced
 	}
 	return c.groups.declared(types.NamespacedName{Namespace: namespace, Name: group}, role), nil
@@ -366,7 +403,7 @@ func (c *Cache) DeclaredGroup(_ context.Context, namespace, group, role string) 
 // mutate.Runs), as far as the cache has seen; it sees every pod of the
 // group only with Options.AllGroupPods.
 func (c *Cache) GroupRuns(_ context.Context, namespace, group string) (bool, error) {
-	if c.reader.Load() == nil {
+	if c.readers.Load() == nil {
 		return false, ErrNotSynced
 	}
 	return c.groups.runs(types.NamespacedName{Namespace: namespace, Name: group}), nil

@@ -71,7 +71,10 @@ type Options struct {
 // QueueingLabels and QueueingAnnotations are the keys validation judges; an
 // update that changes none of them is not sent to the webhook.
 var (
-	QueueingLabels      = []string{podkeys.QueueNameLabel, podkeys.PodGroupNameLabel, podkeys.PodGroupRoleLabel, podkeys.ManagedLabel}
+	QueueingLabels = []string{
+		podkeys.QueueNameLabel, podkeys.PodGroupNameLabel, podkeys.PodGroupRoleLabel, podkeys.ManagedLabel,
+		podkeys.PriorityClassLabel, podkeys.MaxExecTimeLabel,
+	}
 	QueueingAnnotations = []string{podkeys.PodGroupTotalCountAnnotation, podkeys.PodGroupSetsAnnotation, podkeys.RetriableInGroupAnnotation}
 )
 

@@ -74,9 +74,11 @@ func TestMatchConditions(t *testing.T) {
 		}
 	}
 	// Every key an update rule judges must reach the webhook, the managed
-	// label included: removing it is refused.
+	// label included: removing it is refused, as is any change of the
+	// keys fixed at creation.
 	judged := []string{
 		podkeys.QueueNameLabel, podkeys.PodGroupNameLabel, podkeys.ManagedLabel,
+		podkeys.PriorityClassLabel, podkeys.MaxExecTimeLabel,
 		podkeys.PodGroupTotalCountAnnotation, podkeys.RetriableInGroupAnnotation,
 	}
 	for _, k := range judged {

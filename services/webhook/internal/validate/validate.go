@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -29,6 +30,9 @@ var (
 	totalCountPath = annotationsPath.Key(podkeys.PodGroupTotalCountAnnotation)
 	setsPath       = podgroup.SetsPath
 	retriablePath  = annotationsPath.Key(podkeys.RetriableInGroupAnnotation)
+
+	priorityClassPath = labelsPath.Key(podkeys.PriorityClassLabel)
+	maxExecTimePath   = labelsPath.Key(podkeys.MaxExecTimeLabel)
 )
 
 // The details below are part of sluice's user-facing contract: they are
@@ -80,6 +84,19 @@ const (
 	// DetailSluiceKey is the detail when a new pod carries a key under
 	// podkeys.SluicePrefix that sluice did not write.
 	DetailSluiceKey = "only sluice may write keys under " + podkeys.SluicePrefix + "; remove this key"
+	// DetailPriorityClassMissing is the detail, given the class's name,
+	// when a queued pod names a WorkloadPriorityClass that does not exist.
+	DetailPriorityClassMissing = "WorkloadPriorityClass %q does not exist: create it, or name one that does (kubectl get workloadpriorityclasses)"
+	// DetailPriorityClassImmutable is the detail when an update adds,
+	// changes or removes the priority class of a pod sluice queued.
+	DetailPriorityClassImmutable = "the priority class is fixed when the pod is created; to change it, create the pod again"
+	// DetailMaxExecTimeNotPositive is the detail when the maximum
+	// execution time is not a whole number of seconds in range.
+	DetailMaxExecTimeNotPositive = "must be a whole number of seconds from 1 to 2147483647"
+	// DetailMaxExecTimeImmutable is the detail when an update adds,
+	// changes or removes the maximum execution time of a pod sluice
+	// queued.
+	DetailMaxExecTimeImmutable = "the maximum execution time is fixed when the pod is created; to change it, create the pod again"
 )
 
 // Create returns what is wrong with the queueing keys of a new pod.
@@ -168,7 +185,79 @@ func Update(old, pod *corev1.Pod) field.ErrorList {
 		pod.Annotations[podkeys.RetriableInGroupAnnotation] != "false" {
 		errs = append(errs, field.Forbidden(retriablePath, DetailRetriableFinal))
 	}
+
+	if old.Labels[podkeys.ManagedLabel] == podkeys.ManagedLabelValue {
+		// The class is what the workload's quota is reserved (and later
+		// preempted) at, and every pod of a group must agree on it; the
+		// pod's own spec.priority cannot change either. The maximum
+		// execution time is read into the workload when it is created.
+		errs = append(errs, fixedAtCreation(old, pod, podkeys.PriorityClassLabel, priorityClassPath, DetailPriorityClassImmutable)...)
+		errs = append(errs, fixedAtCreation(old, pod, podkeys.MaxExecTimeLabel, maxExecTimePath, DetailMaxExecTimeImmutable)...)
+	}
 	return errs
+}
+
+// fixedAtCreation refuses an update that adds, changes or removes the
+// label key: Invalid with the new value, or Forbidden when it is removed.
+func fixedAtCreation(old, pod *corev1.Pod, key string, path *field.Path, detail string) field.ErrorList {
+	before, had := old.Labels[key]
+	after, has := pod.Labels[key]
+	switch {
+	case had == has && before == after:
+		return nil
+	case !has:
+		return field.ErrorList{field.Forbidden(path, detail)}
+	default:
+		return field.ErrorList{field.Invalid(path, after, detail)}
+	}
+}
+
+// Queued returns what is wrong with the keys that matter only on a pod
+// sluice queues. They are judged only on such pods, so that sluice never
+// stands in the way of a pod it leaves alone. classExists tells whether a
+// WorkloadPriorityClass exists; Queued returns an error only when
+// classExists does.
+func Queued(pod *corev1.Pod, classExists func(name string) (bool, error)) (field.ErrorList, error) {
+	errs, err := priorityClass(pod.Labels, classExists)
+	if err != nil {
+		return nil, err
+	}
+	return append(errs, maxExecTime(pod.Labels)...), nil
+}
+
+// priorityClass checks that the WorkloadPriorityClass a pod names, if
+// any, is a valid name of a class that exists; classExists is asked only
+// about a valid name.
+func priorityClass(labels map[string]string, classExists func(name string) (bool, error)) (field.ErrorList, error) {
+	class, ok := labels[podkeys.PriorityClassLabel]
+	if !ok {
+		return nil, nil
+	}
+	if errs := subdomain(priorityClassPath, class); len(errs) > 0 {
+		return errs, nil
+	}
+	exists, err := classExists(class)
+	if err != nil {
+		return nil, fmt.Errorf("look up WorkloadPriorityClass %q: %w", class, err)
+	}
+	if !exists {
+		return field.ErrorList{field.Invalid(priorityClassPath, class, fmt.Sprintf(DetailPriorityClassMissing, class))}, nil
+	}
+	return nil, nil
+}
+
+// maxExecTime checks that a pod's maximum execution time, if any, is a
+// whole number of seconds from 1 to math.MaxInt32 (the Workload's field
+// is an int32).
+func maxExecTime(labels map[string]string) field.ErrorList {
+	value, ok := labels[podkeys.MaxExecTimeLabel]
+	if !ok {
+		return nil
+	}
+	if seconds, err := strconv.ParseInt(value, 10, 32); err != nil || seconds < 1 {
+		return field.ErrorList{field.Invalid(maxExecTimePath, value, DetailMaxExecTimeNotPositive)}
+	}
+	return nil
 }
 
 // Unqueued returns what is wrong with a new pod that sluice does not queue:

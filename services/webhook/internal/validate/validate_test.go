@@ -1,6 +1,8 @@
 package validate
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -43,6 +45,8 @@ const (
 	retryField = "metadata.annotations[kueue.x-k8s.io/retriable-in-group]"
 	roleField  = "metadata.labels[kueue.x-k8s.io/pod-group-role]"
 	setsField  = "metadata.annotations[kueue.x-k8s.io/pod-group-sets]"
+	classField = "metadata.labels[kueue.x-k8s.io/priority-class]"
+	execField  = "metadata.labels[kueue.x-k8s.io/max-exec-time-seconds]"
 
 	driverSets = `[{"name":"driver","count":1},{"name":"worker","count":3,"template":{"spec":{"containers":[{"name":"w"}]}}}]`
 )
@@ -316,6 +320,177 @@ func TestUpdate(t *testing.T) {
 	}
 }
 
+func TestQueued(t *testing.T) {
+	classes := map[string]bool{"urgent": true, "batch.low": true}
+	tests := []struct {
+		name    string
+		labels  map[string]string
+		asked   []string // the classes looked up
+		lookup  error
+		want    []want
+		wantErr bool
+	}{
+		{name: "no keys"},
+		{name: "a class that exists", labels: map[string]string{podkeys.PriorityClassLabel: "urgent"}, asked: []string{"urgent"}},
+		{name: "a dotted class that exists", labels: map[string]string{podkeys.PriorityClassLabel: "batch.low"}, asked: []string{"batch.low"}},
+		{
+			name:   "a class that does not exist",
+			labels: map[string]string{podkeys.PriorityClassLabel: "critical"},
+			asked:  []string{"critical"},
+			want: []want{{field.ErrorTypeInvalid, classField,
+				`WorkloadPriorityClass "critical" does not exist: create it, or name one that does (kubectl get workloadpriorityclasses)`}},
+		},
+		{
+			name:   "a class name that is no subdomain is not looked up",
+			labels: map[string]string{podkeys.PriorityClassLabel: "Urgent_1"},
+			want:   []want{{field.ErrorTypeInvalid, classField, DetailNotSubdomain}},
+		},
+		{
+			name:   "an empty class name",
+			labels: map[string]string{podkeys.PriorityClassLabel: ""},
+			want:   []want{{field.ErrorTypeInvalid, classField, DetailNotSubdomain}},
+		},
+		{
+			name:    "the lookup fails",
+			labels:  map[string]string{podkeys.PriorityClassLabel: "urgent"},
+			asked:   []string{"urgent"},
+			lookup:  errors.New("API server unreachable"),
+			wantErr: true,
+		},
+		{name: "one second", labels: map[string]string{podkeys.MaxExecTimeLabel: "1"}},
+		{name: "the longest time", labels: map[string]string{podkeys.MaxExecTimeLabel: "2147483647"}},
+		{name: "leading zeros", labels: map[string]string{podkeys.MaxExecTimeLabel: "0600"}},
+		{
+			name:   "zero seconds",
+			labels: map[string]string{podkeys.MaxExecTimeLabel: "0"},
+			want:   []want{{field.ErrorTypeInvalid, execField, DetailMaxExecTimeNotPositive}},
+		},
+		{
+			name:   "negative",
+			labels: map[string]string{podkeys.MaxExecTimeLabel: "-5"},
+			want:   []want{{field.ErrorTypeInvalid, execField, DetailMaxExecTimeNotPositive}},
+		},
+		{
+			name:   "beyond an int32",
+			labels: map[string]string{podkeys.MaxExecTimeLabel: "2147483648"},
+			want:   []want{{field.ErrorTypeInvalid, execField, DetailMaxExecTimeNotPositive}},
+		},
+		{
+			name:   "a duration",
+			labels: map[string]string{podkeys.MaxExecTimeLabel: "1h"},
+			want:   []want{{field.ErrorTypeInvalid, execField, DetailMaxExecTimeNotPositive}},
+		},
+		{
+			name:   "a fraction",
+			labels: map[string]string{podkeys.MaxExecTimeLabel: "1.5"},
+			want:   []want{{field.ErrorTypeInvalid, execField, DetailMaxExecTimeNotPositive}},
+		},
+		{
+			name:   "empty",
+			labels: map[string]string{podkeys.MaxExecTimeLabel: ""},
+			want:   []want{{field.ErrorTypeInvalid, execField, DetailMaxExecTimeNotPositive}},
+		},
+		{
+			name:   "both wrong at once",
+			labels: map[string]string{podkeys.PriorityClassLabel: "missing", podkeys.MaxExecTimeLabel: "soon"},
+			asked:  []string{"missing"},
+			want: []want{
+				{field.ErrorTypeInvalid, classField, `WorkloadPriorityClass "missing" does not exist`},
+				{field.ErrorTypeInvalid, execField, DetailMaxExecTimeNotPositive},
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var asked []string
+			exists := func(name string) (bool, error) {
+				asked = append(asked, name)
+				return classes[name], tc.lookup
+			}
+			got, err := Queued(pod(tc.labels, nil), exists)
+			if fmt.Sprint(asked) != fmt.Sprint(tc.asked) {
+				t.Errorf("classes looked up = %v, want %v", asked, tc.asked)
+			}
+			if tc.wantErr {
+				if err == nil || !strings.Contains(err.Error(), "urgent") {
+					t.Fatalf("Queued error = %v, want one naming the class", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Queued: %v", err)
+			}
+			check(t, got, tc.want)
+		})
+	}
+}
+
+// The priority class and the maximum execution time of a pod sluice
+// queued are fixed at its creation; a pod sluice does not manage may
+// change them freely.
+func TestUpdateFixedAtCreation(t *testing.T) {
+	labels := func(managed bool, kv ...string) map[string]string {
+		m := map[string]string{podkeys.QueueNameLabel: "q"}
+		if managed {
+			m[podkeys.ManagedLabel] = podkeys.ManagedLabelValue
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	class, exec := podkeys.PriorityClassLabel, podkeys.MaxExecTimeLabel
+	tests := []struct {
+		name     string
+		old, new map[string]string
+		want     []want
+	}{
+		{name: "both kept", old: labels(true, class, "urgent", exec, "60"), new: labels(true, class, "urgent", exec, "60")},
+		{
+			name: "class added", old: labels(true), new: labels(true, class, "urgent"),
+			want: []want{{field.ErrorTypeInvalid, classField, DetailPriorityClassImmutable}},
+		},
+		{
+			name: "class changed", old: labels(true, class, "low"), new: labels(true, class, "urgent"),
+			want: []want{{field.ErrorTypeInvalid, classField, DetailPriorityClassImmutable}},
+		},
+		{
+			name: "class removed", old: labels(true, class, "low"), new: labels(true),
+			want: []want{{field.ErrorTypeForbidden, classField, DetailPriorityClassImmutable}},
+		},
+		{
+			name: "class emptied", old: labels(true, class, "low"), new: labels(true, class, ""),
+			want: []want{{field.ErrorTypeInvalid, classField, DetailPriorityClassImmutable}},
+		},
+		{
+			name: "time added", old: labels(true), new: labels(true, exec, "60"),
+			want: []want{{field.ErrorTypeInvalid, execField, DetailMaxExecTimeImmutable}},
+		},
+		{
+			name: "time changed", old: labels(true, exec, "60"), new: labels(true, exec, "3600"),
+			want: []want{{field.ErrorTypeInvalid, execField, DetailMaxExecTimeImmutable}},
+		},
+		{
+			name: "time removed", old: labels(true, exec, "60"), new: labels(true),
+			want: []want{{field.ErrorTypeForbidden, execField, DetailMaxExecTimeImmutable}},
+		},
+		{
+			name: "both changed", old: labels(true, class, "low", exec, "60"), new: labels(true, class, "urgent", exec, "61"),
+			want: []want{
+				{field.ErrorTypeInvalid, classField, DetailPriorityClassImmutable},
+				{field.ErrorTypeInvalid, execField, DetailMaxExecTimeImmutable},
+			},
+		},
+		{name: "a pod sluice did not queue changes its class", old: labels(false, class, "low"), new: labels(false, class, "Anything_Goes")},
+		{name: "a pod sluice did not queue changes its time", old: labels(false, exec, "60"), new: labels(false)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			check(t, Update(pod(tc.old, nil), pod(tc.new, nil)), tc.want)
+		})
+	}
+}
+
 func TestSluiceKeys(t *testing.T) {
 	const (
 		tp            = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -393,6 +568,8 @@ func TestReason(t *testing.T) {
 		{field.Required(totalCountPath, ""), "Required:pod-group-total-count"},
 		{field.Invalid(queueNamePath, "x", ""), "Invalid:queue-name"},
 		{field.Forbidden(managedPath, ""), "Forbidden:managed"},
+		{field.Invalid(priorityClassPath, "x", ""), "Invalid:priority-class"},
+		{field.Invalid(maxExecTimePath, "x", ""), "Invalid:max-exec-time-seconds"},
 		{field.Forbidden(annotationsPath.Key(podkeys.WorkloadUIDAnnotation), DetailSluiceKey), "Forbidden:sluice.dev"},
 		{field.Forbidden(labelsPath.Key("sluice.dev/any-name-a-user-picks"), DetailSluiceKey), "Forbidden:sluice.dev"},
 	}
