@@ -2,13 +2,11 @@ package crash
 
 import (
 	"context"
-	"fmt"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sluicev1alpha1 "github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 	"github.com/sluice-dev/sluice/pkg/podkeys"
@@ -38,16 +36,7 @@ func TestCrashMaximumExecutionTime(t *testing.T) {
 
 	// End state: the pod is gone and the queue holds nothing.
 	waitGone(ctx, t, bounded)
-	waitFor(ctx, t, "ClusterQueue "+ns+" to hold no quota", func() error {
-		var q sluicev1alpha1.ClusterQueue
-		if err := k8s.Get(ctx, client.ObjectKey{Name: ns}, &q); err != nil {
-			return err
-		}
-		if got := cpuReserved(&q); !got.IsZero() || q.Status.ReservingWorkloads != 0 {
-			return fmt.Errorf("reserved %s, status %+v", got.String(), q.Status)
-		}
-		return nil
-	})
+	waitQueueEmpty(ctx, t, ns)
 	settle(ctx, t, ns)
 	hist.stop()
 	hist.check(t)

@@ -297,6 +297,22 @@ func condReason(w *sluicev1alpha1.Workload, condType string) string {
 	return ""
 }
 
+// waitQueueEmpty waits until ClusterQueue name holds no quota and
+// counts no reserving workload.
+func waitQueueEmpty(ctx context.Context, t *testing.T, name string) {
+	t.Helper()
+	waitFor(ctx, t, "ClusterQueue "+name+" to hold no quota", func() error {
+		var q sluicev1alpha1.ClusterQueue
+		if err := k8s.Get(ctx, client.ObjectKey{Name: name}, &q); err != nil {
+			return err
+		}
+		if got := cpuReserved(&q); !got.IsZero() || q.Status.ReservingWorkloads != 0 {
+			return fmt.Errorf("reserved %s, status %+v", got.String(), q.Status)
+		}
+		return nil
+	})
+}
+
 func cpuReserved(cq *sluicev1alpha1.ClusterQueue) resource.Quantity {
 	var total resource.Quantity
 	for _, f := range cq.Status.FlavorsReservation {

@@ -2,7 +2,6 @@ package crash
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -55,16 +54,7 @@ func TestCrashStartupDeadlineLimit(t *testing.T) {
 
 	// End state: the pod is gone and the queue holds nothing.
 	waitGone(ctx, t, stuck)
-	waitFor(ctx, t, "ClusterQueue "+ns+" to hold no quota", func() error {
-		var q sluicev1alpha1.ClusterQueue
-		if err := k8s.Get(ctx, client.ObjectKey{Name: ns}, &q); err != nil {
-			return err
-		}
-		if got := cpuReserved(&q); !got.IsZero() || q.Status.ReservingWorkloads != 0 {
-			return fmt.Errorf("reserved %s, status %+v", got.String(), q.Status)
-		}
-		return nil
-	})
+	waitQueueEmpty(ctx, t, ns)
 	settle(ctx, t, ns)
 	hist.stop()
 	hist.check(t)
