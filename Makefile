@@ -140,8 +140,8 @@ e2e: cluster-build build examples-deps ## End-to-end tests: the four services as
 	SLUICE_SERVICES_BIN=$(CURDIR)/bin $(GO) test $(TEST_FLAGS) -p 1 ./test/e2e/... ./test/conformance/...
 
 .PHONY: bench
-bench: cluster-build build ## Burst pods through a running system (throughput, writes per pod); time a scheduling cycle and a cohort tree's admission.
-	$(GO) test -count=1 -timeout=30m -run '^$$' -bench . -benchtime 1x ./test/bench/...
+bench: cluster-build build ## Burst pods through a running system (throughput, writes per pod), preempt a full queue; time a scheduling cycle and a cohort tree's admission.
+	$(GO) test -count=1 -timeout=60m -run '^$$' -bench . -benchtime 1x ./test/bench/...
 	$(GO) test -count=1 -run '^$$' -bench Cycle -benchmem -benchtime 2000x ./services/admitter/internal/scheduler/
 	$(GO) test -count=1 -run '^$$' -bench TreeAdmit -benchmem ./services/admitter/internal/quota/
 	$(GO) test -count=1 -run '^$$' -bench Check -benchmem -benchtime 20000x ./services/grouper/internal/fit/

@@ -1,9 +1,11 @@
 // Package bench measures sluice end to end on the local control plane: a
 // burst of pods (single pods; groups of ten, 500 and 5,000; groups declared
-// by a driver) created through the webhook until every one is ungated,
-// beside two raw rates of the same API server in the same run: creating
-// gated pods and patching them ungated with no sluice at all, and the same
-// with the gate added by a webhook that does nothing else. The benchmark's
+// by a driver) created through the webhook until every one is ungated, and
+// a full queue whose workloads are all preempted by as many of higher
+// priority (preemption_test.go), beside two raw rates of the same API
+// server in the same run: creating gated pods and patching them ungated
+// with no sluice at all, and the same with the gate added by a webhook
+// that does nothing else. The benchmark's
 // client has no rate limit, so the raw rates are the API server's. The
 // machine is shared and noisy, so the ratios are the figures to compare
 // across runs.

@@ -82,6 +82,19 @@ type ClusterQueueSpec struct {
 	// +optional
 	WaitForPodsReady *WaitForPodsReady `json:"waitForPodsReady,omitempty"`
 
+	// preemption says which admitted workloads a pending workload of this
+	// queue may evict to fit: lower-priority ones of this queue, and those
+	// of other queues of its cohort that hold quota beyond their nominal
+	// quota. Unset preempts nothing.
+	// +optional
+	Preemption *ClusterQueuePreemption `json:"preemption,omitempty"`
+
+	// flavorFungibility says whether a workload that could fit a flavor
+	// only by borrowing, or only by preempting, tries the next flavor
+	// first.
+	// +optional
+	FlavorFungibility *FlavorFungibility `json:"flavorFungibility,omitempty"`
+
 	// podGroupReplacementWindow is how long a pod group that holds quota in
 	// this queue may be left without any pod before that quota is given
 	// back. Pods of the group created within the window (a controller
@@ -92,6 +105,94 @@ type ClusterQueueSpec struct {
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="podGroupReplacementWindow must not be negative"
 	PodGroupReplacementWindow *metav1.Duration `json:"podGroupReplacementWindow,omitempty"`
+}
+
+// PreemptionPolicy says which workloads may be preempted.
+type PreemptionPolicy string
+
+const (
+	// PreemptionNever preempts nothing.
+	PreemptionNever PreemptionPolicy = "Never"
+	// PreemptionLowerPriority preempts workloads of lower priority.
+	PreemptionLowerPriority PreemptionPolicy = "LowerPriority"
+	// PreemptionLowerOrNewerEqualPriority also preempts workloads of equal
+	// priority that were queued after the pending one.
+	PreemptionLowerOrNewerEqualPriority PreemptionPolicy = "LowerOrNewerEqualPriority"
+	// PreemptionAny preempts any workload that borrows.
+	PreemptionAny PreemptionPolicy = "Any"
+)
+
+// ClusterQueuePreemption is a ClusterQueue's preemption policy. A victim
+// is evicted (reason Preempted) and keeps its quota until its pods stop;
+// the pending workload waits for that.
+// +kubebuilder:validation:XValidation:rule="!(self.?reclaimWithinCohort.orValue('Never') == 'Never' && self.?borrowWithinCohort.?policy.orValue('Never') != 'Never')",message="borrowWithinCohort needs reclaimWithinCohort other than Never: preempting to borrow reclaims quota from other queues"
+type ClusterQueuePreemption struct {
+	// reclaimWithinCohort: which workloads of other queues of the cohort
+	// that hold quota beyond their nominal quota may be preempted so that
+	// a pending workload fits: Never, LowerPriority or Any. Defaults to
+	// Never.
+	// +optional
+	// +kubebuilder:default=Never
+	// +kubebuilder:validation:Enum=Never;LowerPriority;Any
+	ReclaimWithinCohort PreemptionPolicy `json:"reclaimWithinCohort,omitempty"`
+
+	// borrowWithinCohort: whether a pending workload that borrows may
+	// preempt workloads of other queues to borrow in their place.
+	// +optional
+	BorrowWithinCohort *BorrowWithinCohort `json:"borrowWithinCohort,omitempty"`
+
+	// withinClusterQueue: which workloads of this queue may be preempted
+	// for a pending one: Never, LowerPriority or LowerOrNewerEqualPriority.
+	// Defaults to Never.
+	// +optional
+	// +kubebuilder:default=Never
+	// +kubebuilder:validation:Enum=Never;LowerPriority;LowerOrNewerEqualPriority
+	WithinClusterQueue PreemptionPolicy `json:"withinClusterQueue,omitempty"`
+}
+
+// BorrowWithinCohort lets a pending workload that must borrow preempt
+// lower-priority workloads of other queues that borrow.
+type BorrowWithinCohort struct {
+	// policy: Never or LowerPriority. Defaults to Never.
+	// +optional
+	// +kubebuilder:default=Never
+	// +kubebuilder:validation:Enum=Never;LowerPriority
+	Policy PreemptionPolicy `json:"policy,omitempty"`
+
+	// maxPriorityThreshold, when set, protects workloads whose priority is
+	// above it from such preemption.
+	// +optional
+	MaxPriorityThreshold *int32 `json:"maxPriorityThreshold,omitempty"`
+}
+
+// FlavorFungibilityPolicy says whether to look further than a flavor.
+// +kubebuilder:validation:Enum=MayStopSearch;TryNextFlavor
+type FlavorFungibilityPolicy string
+
+const (
+	// MayStopSearch takes the flavor.
+	MayStopSearch FlavorFungibilityPolicy = "MayStopSearch"
+	// TryNextFlavor tries the next flavor first, and comes back to this
+	// one only if none fits better.
+	TryNextFlavor FlavorFungibilityPolicy = "TryNextFlavor"
+)
+
+// FlavorFungibility says how a workload chooses among a resource group's
+// flavors when the first it fits needs borrowing or preemption.
+type FlavorFungibility struct {
+	// whenCanBorrow: MayStopSearch (the default) takes a flavor the
+	// workload fits by borrowing; TryNextFlavor looks for one it fits
+	// without.
+	// +optional
+	// +kubebuilder:default=MayStopSearch
+	WhenCanBorrow FlavorFungibilityPolicy `json:"whenCanBorrow,omitempty"`
+
+	// whenCanPreempt: TryNextFlavor (the default) looks for a flavor the
+	// workload fits without preempting; MayStopSearch preempts in the
+	// first flavor where preemption makes it fit.
+	// +optional
+	// +kubebuilder:default=TryNextFlavor
+	WhenCanPreempt FlavorFungibilityPolicy `json:"whenCanPreempt,omitempty"`
 }
 
 // PodsStartedCondition is what counts as a started pod.

@@ -445,6 +445,10 @@ const (
 	// ReasonLocalQueueStopped: evicted because its LocalQueue drains
 	// (stopPolicy HoldAndDrain).
 	ReasonLocalQueueStopped = "LocalQueueStopped"
+	// ReasonPreempted: evicted to make room for a workload the
+	// ClusterQueue's preemption policy puts first; the message names it
+	// and the policy.
+	ReasonPreempted = "Preempted"
 	// ReasonMaximumExecutionTimeExceeded: evicted and deactivated because
 	// it ran, admitted, for longer than maximumExecutionTimeSeconds.
 	ReasonMaximumExecutionTimeExceeded = "MaximumExecutionTimeExceeded"

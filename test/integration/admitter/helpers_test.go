@@ -47,6 +47,7 @@ type queueOptions struct {
 	startup     *v1alpha1.WaitForPodsReady
 	// replacementWindow is the queue's podGroupReplacementWindow.
 	replacementWindow *metav1.Duration
+	preemption        *v1alpha1.ClusterQueuePreemption
 }
 
 func newSetup(ctx context.Context, t *testing.T, o queueOptions) setup {
@@ -84,6 +85,7 @@ func createQueues(ctx context.Context, t *testing.T, o queueOptions) setup {
 			QueueingStrategy:          o.queueingStr,
 			WaitForPodsReady:          o.startup,
 			PodGroupReplacementWindow: o.replacementWindow,
+			Preemption:                o.preemption,
 			ResourceGroups: []v1alpha1.ResourceGroup{{
 				CoveredResources: []corev1.ResourceName{corev1.ResourceCPU},
 				Flavors: []v1alpha1.FlavorQuotas{{Name: st.flavor, Resources: []v1alpha1.ResourceQuota{

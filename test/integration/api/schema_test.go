@@ -139,6 +139,41 @@ func TestClusterQueueSchema(t *testing.T) {
 			}},
 		},
 		{
+			name: "every preemption policy",
+			spec: sluicev1alpha1.ClusterQueueSpec{CohortName: "org", ResourceGroups: cpuOnly, Preemption: &sluicev1alpha1.ClusterQueuePreemption{
+				WithinClusterQueue:  sluicev1alpha1.PreemptionLowerOrNewerEqualPriority,
+				ReclaimWithinCohort: sluicev1alpha1.PreemptionAny,
+				BorrowWithinCohort:  &sluicev1alpha1.BorrowWithinCohort{Policy: sluicev1alpha1.PreemptionLowerPriority, MaxPriorityThreshold: ptr.To[int32](100)},
+			}},
+		},
+		{
+			name: "borrowWithinCohort without reclaimWithinCohort",
+			spec: sluicev1alpha1.ClusterQueueSpec{CohortName: "org", ResourceGroups: cpuOnly, Preemption: &sluicev1alpha1.ClusterQueuePreemption{
+				BorrowWithinCohort: &sluicev1alpha1.BorrowWithinCohort{Policy: sluicev1alpha1.PreemptionLowerPriority},
+			}},
+			wantErr: []string{"spec.preemption", "borrowWithinCohort needs reclaimWithinCohort other than Never"},
+		},
+		{
+			name: "a policy that does not apply within the queue",
+			spec: sluicev1alpha1.ClusterQueueSpec{ResourceGroups: cpuOnly, Preemption: &sluicev1alpha1.ClusterQueuePreemption{
+				WithinClusterQueue: sluicev1alpha1.PreemptionAny,
+			}},
+			wantErr: []string{"spec.preemption.withinClusterQueue", "Unsupported value"},
+		},
+		{
+			name: "both fungibility policies",
+			spec: sluicev1alpha1.ClusterQueueSpec{ResourceGroups: cpuOnly, FlavorFungibility: &sluicev1alpha1.FlavorFungibility{
+				WhenCanBorrow: sluicev1alpha1.TryNextFlavor, WhenCanPreempt: sluicev1alpha1.MayStopSearch,
+			}},
+		},
+		{
+			name: "an unknown fungibility policy",
+			spec: sluicev1alpha1.ClusterQueueSpec{ResourceGroups: cpuOnly, FlavorFungibility: &sluicev1alpha1.FlavorFungibility{
+				WhenCanBorrow: "Always",
+			}},
+			wantErr: []string{"spec.flavorFungibility.whenCanBorrow", "Unsupported value"},
+		},
+		{
 			// The schema does not compare lendingLimit with nominalQuota
 			// (CEL on quantities is beyond the cost budget): the admitter
 			// makes such a queue inactive instead.
@@ -764,5 +799,31 @@ func TestWorkloadPriorityClassSchema(t *testing.T) {
 	}
 	if value != ".value" {
 		t.Errorf("printer column Value has JSONPath %q, want .value", value)
+	}
+}
+
+// TestPreemptionDefaults: an empty preemption preempts nothing, and an
+// empty flavorFungibility takes a flavor it fits by borrowing and looks
+// further than one it fits only by preempting.
+func TestPreemptionDefaults(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cq := &sluicev1alpha1.ClusterQueue{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "defaults-"},
+		Spec: sluicev1alpha1.ClusterQueueSpec{
+			Preemption:        &sluicev1alpha1.ClusterQueuePreemption{BorrowWithinCohort: &sluicev1alpha1.BorrowWithinCohort{}},
+			FlavorFungibility: &sluicev1alpha1.FlavorFungibility{},
+		},
+	}
+	if err := k8s.Create(ctx, cq); err != nil {
+		t.Fatal(err)
+	}
+	p, f := cq.Spec.Preemption, cq.Spec.FlavorFungibility
+	if p.WithinClusterQueue != sluicev1alpha1.PreemptionNever || p.ReclaimWithinCohort != sluicev1alpha1.PreemptionNever ||
+		p.BorrowWithinCohort.Policy != sluicev1alpha1.PreemptionNever {
+		t.Errorf("preemption defaulted to %+v (borrowWithinCohort %+v), want Never throughout", p, p.BorrowWithinCohort)
+	}
+	if f.WhenCanBorrow != sluicev1alpha1.MayStopSearch || f.WhenCanPreempt != sluicev1alpha1.TryNextFlavor {
+		t.Errorf("flavorFungibility defaulted to %+v, want MayStopSearch and TryNextFlavor", f)
 	}
 }

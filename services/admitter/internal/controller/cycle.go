@@ -101,16 +101,16 @@ func (a *Admitter) cycle(ctx context.Context, settling *sync.WaitGroup) {
 			return nil
 		})
 	}
-	for _, d := range plan.Drains {
+	for _, ev := range plan.Evictions {
 		g.Go(func() error {
-			err := a.writer.Drain(gctx, d.Workload, d.Reason, d.Message)
+			err := a.writer.EvictVersion(gctx, ev.Workload, ev.Reason, ev.Message)
 			switch {
 			case err == nil, errors.Is(err, lifecycle.ErrMoved), errors.Is(err, lifecycle.ErrStale):
 				// A newer version of the workload comes, and with it the
 				// next look.
 			default:
-				log.Error(err, "evict from a draining queue", "workload", d.Workload.Namespace+"/"+d.Workload.Name)
-				a.sched.Undrain(d.Workload)
+				log.Error(err, "evict", "workload", ev.Workload.Namespace+"/"+ev.Workload.Name, "reason", ev.Reason)
+				a.sched.RetryEviction(ev.Workload)
 				a.triggerCycleAt(time.Now().Add(time.Second))
 			}
 			return nil

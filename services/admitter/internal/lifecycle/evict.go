@@ -249,12 +249,12 @@ func WaitingForChecksMessage(wl *v1alpha1.Workload) string {
 	return "waiting for admission checks: " + strings.Join(parts, "; ")
 }
 
-// Drain evicts wl, unchanged since the scheduler handed it out, because
-// its queue drains (stopPolicy HoldAndDrain): an admitted workload keeps
-// its quota until its pods stop, one still waiting for its checks gives it
-// back at once. Either queues again at once, and waits while its queue is
-// stopped. It returns ErrMoved when the workload changed meanwhile.
-func (w *Writer) Drain(ctx context.Context, wl *v1alpha1.Workload, reason, message string) error {
+// EvictVersion evicts wl, unchanged since the scheduler handed it out (its
+// queue drains, or it is preempted): an admitted workload keeps its quota
+// until its pods stop, one still waiting for its checks gives it back at
+// once and owes its checks a Release. Either queues again at once. It
+// returns ErrMoved when the workload changed meanwhile.
+func (w *Writer) EvictVersion(ctx context.Context, wl *v1alpha1.Workload, reason, message string) error {
 	unlock := w.cfg.Locks.Lock(workload.Key(wl))
 	defer unlock()
 	orig, ok := w.unchanged(wl)

@@ -184,7 +184,17 @@ type Assignment struct {
 	// a cohort can do; the scheduler admits heads that do not borrow
 	// first. Each pod set's borrowed field says how much.
 	Borrowing bool
+	// Preempting is true when some pod set fits its flavors only once
+	// admitted workloads are preempted (see AssignWith): the assignment is
+	// what the workload would take then, not what it can take now.
+	Preempting bool
 }
+
+// Preemptible says whether preempting admitted workloads could make room
+// in a ClusterQueue for request: amounts by FR, in a Tree's units, of one
+// pod set together with what the workload's earlier pod sets take in the
+// same flavors.
+type Preemptible func(request map[FR]int64) bool
 
 // Flavors returns the distinct flavor names of the assignment.
 func (a Assignment) Flavors() []string {
@@ -206,23 +216,59 @@ func (a Assignment) Flavors() []string {
 // the pod set does not tolerate, or whose node labels contradict its
 // nodeSelector, is skipped. A requested resource that no resource group
 // covers makes the workload unfit for good. tree must know cq.
+//
+// The ClusterQueue's flavorFungibility decides between flavors that need
+// borrowing: with whenCanBorrow TryNextFlavor a later flavor that fits
+// without borrowing is taken first, and the first that fits by borrowing
+// only if none does.
 func Assign(cq *v1alpha1.ClusterQueue, podSets []v1alpha1.PodSet, flavors map[string]*v1alpha1.ResourceFlavor, tree *Tree) (Assignment, error) {
+	return AssignWith(cq, podSets, flavors, tree, nil)
+}
+
+// AssignWith is Assign for a workload that may preempt: a flavor the pod
+// set does not fit now, but would once preemptible says admitted
+// workloads are preempted, is taken as the ClusterQueue's whenCanPreempt
+// says — at once with MayStopSearch; with TryNextFlavor (the default)
+// only if no later flavor fits without preemption. The assignment is then
+// marked Preempting. A flavor that fits by borrowing is preferred to one
+// that needs preemption.
+func AssignWith(cq *v1alpha1.ClusterQueue, podSets []v1alpha1.PodSet, flavors map[string]*v1alpha1.ResourceFlavor, tree *Tree, preemptible Preemptible) (Assignment, error) {
 	taken := Usage{}
 	out := Assignment{Usage: taken}
+	search := searchOf(cq, preemptible)
 	for _, ps := range podSets {
-		a, err := assignPodSet(cq, ps, flavors, tree, taken)
+		a, preempting, err := assignPodSet(cq, ps, flavors, tree, taken, search)
 		if err != nil {
 			return Assignment{}, err
 		}
 		if len(a.Borrowed) > 0 {
 			out.Borrowing = true
 		}
+		out.Preempting = out.Preempting || preempting
 		out.PodSets = append(out.PodSets, a)
 	}
 	return out, nil
 }
 
-func assignPodSet(cq *v1alpha1.ClusterQueue, ps v1alpha1.PodSet, flavors map[string]*v1alpha1.ResourceFlavor, tree *Tree, taken Usage) (v1alpha1.PodSetAssignment, error) {
+// search is how a pod set's flavors are searched.
+type search struct {
+	// nextWhenBorrowing: look further than a flavor that fits by
+	// borrowing; nextWhenPreempting: than one that needs preemption.
+	nextWhenBorrowing, nextWhenPreempting bool
+	preemptible                           Preemptible
+}
+
+func searchOf(cq *v1alpha1.ClusterQueue, preemptible Preemptible) search {
+	s := search{nextWhenPreempting: true, preemptible: preemptible}
+	if f := cq.Spec.FlavorFungibility; f != nil {
+		s.nextWhenBorrowing = f.WhenCanBorrow == v1alpha1.TryNextFlavor
+		s.nextWhenPreempting = f.WhenCanPreempt != v1alpha1.MayStopSearch
+	}
+	return s
+}
+
+func assignPodSet(cq *v1alpha1.ClusterQueue, ps v1alpha1.PodSet, flavors map[string]*v1alpha1.ResourceFlavor, tree *Tree, taken Usage,
+	how search) (v1alpha1.PodSetAssignment, bool, error) {
 	need := Times(ps.Template.Requests, ps.Count)
 	resources := slices.Sorted(maps.Keys(need))
 	// Group the requested resources by the resource group covering them,
@@ -231,7 +277,7 @@ func assignPodSet(cq *v1alpha1.ClusterQueue, ps v1alpha1.PodSet, flavors map[str
 	for _, res := range resources {
 		g := groupOf(cq, res)
 		if g < 0 {
-			return v1alpha1.PodSetAssignment{}, &UnfitError{
+			return v1alpha1.PodSetAssignment{}, false, &UnfitError{
 				PodSet:    ps.Name,
 				Reasons:   []string{fmt.Sprintf("resource %s is not covered by ClusterQueue %s", res, cq.Name)},
 				Permanent: true,
@@ -246,14 +292,17 @@ func assignPodSet(cq *v1alpha1.ClusterQueue, ps v1alpha1.PodSet, flavors map[str
 		ResourceUsage: need,
 		Count:         &count,
 	}
+	preempting := false
 	for g, groupResources := range perGroup {
 		if len(groupResources) == 0 {
 			continue
 		}
-		flavor, reasons := pickFlavor(cq, cq.Spec.ResourceGroups[g], groupResources, ps, need, flavors, tree, taken)
-		if flavor == "" {
-			return v1alpha1.PodSetAssignment{}, &UnfitError{PodSet: ps.Name, Reasons: reasons}
+		choice, reasons := pickFlavor(cq, cq.Spec.ResourceGroups[g], groupResources, ps, need, flavors, tree, taken, how)
+		if choice.mode == noFit {
+			return v1alpha1.PodSetAssignment{}, false, &UnfitError{PodSet: ps.Name, Reasons: reasons}
 		}
+		flavor := choice.flavor
+		preempting = preempting || choice.mode == preempt
 		for _, res := range groupResources {
 			a.Flavors[res] = flavor
 			fr := FR{Flavor: flavor, Resource: res}
@@ -267,7 +316,7 @@ func assignPodSet(cq *v1alpha1.ClusterQueue, ps v1alpha1.PodSet, flavors map[str
 			taken.AddQuantity(flavor, res, want)
 		}
 	}
-	return a, nil
+	return a, preempting, nil
 }
 
 // borrowedBy is how much of amount, taken by the ClusterQueue cq after
@@ -290,32 +339,93 @@ func groupOf(cq *v1alpha1.ClusterQueue, res corev1.ResourceName) int {
 	return -1
 }
 
-// pickFlavor returns the first flavor of rg that fits, or "" and the
-// reasons each flavor was passed over.
+// mode is how a pod set can take a flavor, worst first.
+type mode int
+
+const (
+	noFit mode = iota
+	// preempt: only once admitted workloads are preempted.
+	preempt
+	// borrow: now, beyond the ClusterQueue's nominal quota.
+	borrow
+	// fit: now, within the nominal quota.
+	fit
+)
+
+// flavorChoice is a flavor and how the pod set takes it.
+type flavorChoice struct {
+	flavor string
+	mode   mode
+}
+
+// pickFlavor returns the flavor of rg the pod set takes, searching as how
+// says: the first that fits, or, when the search goes on past one that
+// needs borrowing or preemption, the best seen (fit, then borrow, then
+// preempt; the earlier of equals). Its mode is noFit, with the reasons each
+// flavor was passed over, when none will do.
 func pickFlavor(cq *v1alpha1.ClusterQueue, rg v1alpha1.ResourceGroup, resources []corev1.ResourceName, ps v1alpha1.PodSet, need corev1.ResourceList,
-	flavors map[string]*v1alpha1.ResourceFlavor, tree *Tree, taken Usage) (string, []string) {
+	flavors map[string]*v1alpha1.ResourceFlavor, tree *Tree, taken Usage, how search) (flavorChoice, []string) {
 	var reasons []string
+	var best flavorChoice
 	for _, fq := range rg.Flavors {
 		if reason := flavorMismatch(fq.Name, ps, flavors); reason != "" {
 			reasons = append(reasons, reason)
 			continue
 		}
-		fits := true
-		for _, res := range resources {
-			fr := FR{Flavor: fq.Name, Resource: res}
-			want := need[res]
-			wantAmount := AmountOf(res, want)
-			took := AmountOf(res, taken.Get(fq.Name, res))
-			if wantAmount > tree.Available(cq.Name, fr)-took {
-				reasons = append(reasons, Shortfall(cq.Name, fr, wantAmount, took, tree.Explain(cq.Name, fr), want.Format))
-				fits = false
-			}
+		m, why := flavorMode(cq.Name, fq.Name, resources, need, tree, taken, how.preemptible)
+		reasons = append(reasons, why...)
+		if m > best.mode {
+			best = flavorChoice{flavor: fq.Name, mode: m}
 		}
-		if fits {
-			return fq.Name, nil
+		if m == fit || (m == borrow && !how.nextWhenBorrowing) || (m == preempt && !how.nextWhenPreempting) {
+			return flavorChoice{flavor: fq.Name, mode: m}, nil
 		}
 	}
-	return "", reasons
+	if best.mode == noFit {
+		return best, reasons
+	}
+	return best, nil
+}
+
+// flavorMode is how the pod set's resources of one group (need, in
+// flavor) can be taken by the ClusterQueue cq after its workload's earlier
+// pod sets took taken, with the shortfalls that keep it from taking them
+// now.
+func flavorMode(cq, flavor string, resources []corev1.ResourceName, need corev1.ResourceList, tree *Tree, taken Usage,
+	preemptible Preemptible) (mode, []string) {
+	var shortfalls []string
+	borrowing := false
+	for _, res := range resources {
+		fr := FR{Flavor: flavor, Resource: res}
+		want := need[res]
+		wantAmount := AmountOf(res, want)
+		took := AmountOf(res, taken.Get(flavor, res))
+		if wantAmount > tree.Available(cq, fr)-took {
+			shortfalls = append(shortfalls, Shortfall(cq, fr, wantAmount, took, tree.Explain(cq, fr), want.Format))
+			continue
+		}
+		borrowing = borrowing || tree.Borrowing(cq, fr, satAdd(took, wantAmount))
+	}
+	switch {
+	case len(shortfalls) == 0 && borrowing:
+		return borrow, nil
+	case len(shortfalls) == 0:
+		return fit, nil
+	case preemptible != nil && preemptible(requestOf(flavor, resources, need, taken)):
+		return preempt, shortfalls
+	default:
+		return noFit, shortfalls
+	}
+}
+
+// requestOf is what a pod set's resources need in flavor, together with
+// what its workload's earlier pod sets took there, in a Tree's units.
+func requestOf(flavor string, resources []corev1.ResourceName, need corev1.ResourceList, taken Usage) map[FR]int64 {
+	request := make(map[FR]int64, len(resources))
+	for _, res := range resources {
+		request[FR{Flavor: flavor, Resource: res}] = satAdd(AmountOf(res, taken.Get(flavor, res)), AmountOf(res, need[res]))
+	}
+	return request
 }
 
 // Shortfall says why the ClusterQueue cq cannot take want more of fr

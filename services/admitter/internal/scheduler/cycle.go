@@ -30,10 +30,10 @@ type Plan struct {
 	// Wake is when the earliest held workload may be queued again; zero
 	// when none is held.
 	Wake time.Time
-	// Drains are the workloads holding quota in a queue that drains
-	// (stopPolicy HoldAndDrain), to evict. Each version of a workload is
-	// handed out once.
-	Drains []Drain
+	// Evictions are the workloads holding quota to evict: those of a
+	// queue that drains (stopPolicy HoldAndDrain) and the victims of
+	// preemption. Each version of a workload is handed out once.
+	Evictions []Eviction
 	// More says heads remain untried: run the next cycle at once.
 	More bool
 	// Tried counts the heads this cycle tried.
@@ -51,8 +51,8 @@ type Reservation struct {
 	Flavors map[string]*v1alpha1.ResourceFlavor
 }
 
-// Drain is a workload to evict because its queue drains, and why.
-type Drain struct {
+// Eviction is a workload to evict, and why.
+type Eviction struct {
 	Workload        *v1alpha1.Workload
 	Reason, Message string
 }
@@ -103,6 +103,7 @@ func (s *Scheduler) Cycle(now time.Time) Plan {
 		plan.Wake = h.fp.requeueAt
 	}
 	s.dropGhosts()
+	s.dropStaleClaims()
 	for root := range s.freedRoots {
 		delete(s.freedRoots, root)
 		for _, name := range s.tree.ClusterQueuesUnder(root) {
@@ -138,19 +139,29 @@ func (s *Scheduler) Cycle(now time.Time) Plan {
 				continue
 			}
 			plan.Tried++
-			asg, err := quota.Assign(cq.spec, e.wl.Spec.PodSets, s.flavors, s.tree)
-			if err == nil {
+			var asg quota.Assignment
+			var err error
+			var wait string
+			if policy, ok := policyOf(cq.spec); ok {
+				asg, wait, err = s.tryPreemption(&plan, cq, e, policy)
+			} else {
+				asg, err = quota.Assign(cq.spec, e.wl.Spec.PodSets, s.flavors, s.tree)
+			}
+			if err == nil && wait == "" {
 				heads = append(heads, candidate{e: e, cq: cq, asg: asg})
 				continue
 			}
 			var unfit *quota.UnfitError
 			permanent := errors.As(err, &unfit) && unfit.Permanent
+			if wait == "" {
+				wait = err.Error()
+			}
 			if cq.spec.Spec.QueueingStrategy == v1alpha1.StrictFIFO && !permanent {
-				s.block(&plan, cq, e, err.Error())
+				s.block(&plan, cq, e, wait)
 				continue
 			}
-			cq.miss(e, err.Error(), permanent)
-			s.tell(&plan, e, err.Error())
+			cq.miss(e, wait, permanent)
+			s.tell(&plan, e, wait)
 			next = append(next, cq)
 		}
 		slices.SortFunc(heads, compareCandidates)
@@ -217,32 +228,55 @@ func (s *Scheduler) drainQueues(plan *Plan) {
 // or this version of it was handed out before.
 func (s *Scheduler) drain(plan *Plan, e *entry, reason, queue string) {
 	wl := e.wl
-	if e.where != reserved || e.assumed || wl.Status.Admission == nil || workload.IsEvicting(wl) || workload.IsDeleting(wl) || e.drained == wl.ResourceVersion {
+	if !evictable(e) {
 		return
 	}
-	e.drained = wl.ResourceVersion
-	plan.Drains = append(plan.Drains, Drain{Workload: wl, Reason: reason, Message: DrainMessage(wl, queue)})
+	e.evicted = wl.ResourceVersion
+	plan.Evictions = append(plan.Evictions, Eviction{Workload: wl, Reason: reason, Message: DrainMessage(wl, queue)})
 }
 
-// Undrain hands wl out to be drained again by the next cycle: the
-// eviction of this version failed.
-func (s *Scheduler) Undrain(wl *v1alpha1.Workload) {
+// evictable reports whether e holds quota that an eviction would take
+// back: it is reserved (and not only assumed), not being evicted or
+// deleted already, and this version of it was not handed out to be
+// evicted before.
+func evictable(e *entry) bool {
+	wl := e.wl
+	return e.where == reserved && !e.assumed && wl.Status.Admission != nil && !workload.IsEvicting(wl) &&
+		!workload.IsDeleting(wl) && e.evicted != wl.ResourceVersion
+}
+
+// RetryEviction hands wl out to be evicted again by the next cycle, if
+// it still should be: the eviction of this version failed.
+func (s *Scheduler) RetryEviction(wl *v1alpha1.Workload) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e := s.workloads[workload.Key(wl)]; e != nil && e.drained == wl.ResourceVersion {
-		e.drained = ""
+	e := s.workloads[workload.Key(wl)]
+	if e == nil || e.evicted != wl.ResourceVersion {
+		return
 	}
+	e.evicted = ""
+	// A victim of preemption is handed out again by its preemptor, which
+	// waits parked: try it again.
+	if by, ok := s.claimant(e); ok {
+		s.retry(s.workloads[by])
+	}
+}
+
+// retry puts e, parked, back among the workloads its queue tries next.
+func (s *Scheduler) retry(e *entry) {
+	if e.where != parked && e.where != retrying {
+		return
+	}
+	cq := e.cq
+	cq.take(e)
+	s.enqueue(cq, e)
 }
 
 // DrainMessage says why a workload of queue is evicted, and what becomes
 // of its pods: a plain pod is deleted for good, since nothing creates it
 // again; a pod group waits for its pods to be created again.
 func DrainMessage(wl *v1alpha1.Workload, queue string) string {
-	msg := queue + " drains (stopPolicy HoldAndDrain): "
-	if workload.PodGroup(wl) == "" {
-		return msg + "the pod is deleted and does not run again, as nothing creates a plain pod anew; create it again to queue it"
-	}
-	return msg + "the group's pods are deleted; it queues again once they are all created again"
+	return queue + " drains (stopPolicy HoldAndDrain): " + fateOf(wl)
 }
 
 // releaseHeld queues the held workloads whose requeue time has come.

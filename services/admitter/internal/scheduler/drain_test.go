@@ -14,7 +14,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 )
 
-func drained(ds []Drain) map[string]string {
+func drained(ds []Eviction) map[string]string {
 	out := map[string]string{}
 	for _, d := range ds {
 		out[d.Workload.Name] = d.Reason
@@ -45,17 +45,17 @@ func TestHoldAndDrain(t *testing.T) {
 	}
 
 	f.clusterQueue("cq", "4", withStopPolicy(v1alpha1.Hold), func(cq *v1alpha1.ClusterQueue) { cq.Generation = 2 })
-	if plan := f.cycle(); len(plan.Drains) != 0 {
-		t.Fatalf("Hold drained %v", drained(plan.Drains))
+	if plan := f.cycle(); len(plan.Evictions) != 0 {
+		t.Fatalf("Hold drained %v", drained(plan.Evictions))
 	}
 
 	f.clusterQueue("cq", "4", withStopPolicy(v1alpha1.HoldAndDrain), func(cq *v1alpha1.ClusterQueue) { cq.Generation = 3 })
 	plan := f.cycle()
 	want := map[string]string{"single": v1alpha1.ReasonClusterQueueStopped, "group": v1alpha1.ReasonClusterQueueStopped}
-	if got := drained(plan.Drains); !maps.Equal(got, want) {
+	if got := drained(plan.Evictions); !maps.Equal(got, want) {
 		t.Fatalf("drained %v, want %v", got, want)
 	}
-	for _, d := range plan.Drains {
+	for _, d := range plan.Evictions {
 		wantText := "the pod is deleted and does not run again"
 		if d.Workload.Name == "group" {
 			wantText = "the group's pods are deleted; it queues again once they are all created again"
@@ -64,14 +64,14 @@ func TestHoldAndDrain(t *testing.T) {
 			t.Fatalf("%s: message %q, want it to name the queue and say %q", d.Workload.Name, d.Message, wantText)
 		}
 	}
-	if plan := f.cycle(); len(plan.Drains) != 0 {
-		t.Fatalf("the same versions were handed out again: %v", drained(plan.Drains))
+	if plan := f.cycle(); len(plan.Evictions) != 0 {
+		t.Fatalf("the same versions were handed out again: %v", drained(plan.Evictions))
 	}
 
 	// A failed eviction hands the workload out again.
-	f.s.Undrain(written["single"])
-	if got := drained(f.cycle().Drains); !maps.Equal(got, map[string]string{"single": v1alpha1.ReasonClusterQueueStopped}) {
-		t.Fatalf("after Undrain drained %v, want single", got)
+	f.s.RetryEviction(written["single"])
+	if got := drained(f.cycle().Evictions); !maps.Equal(got, map[string]string{"single": v1alpha1.ReasonClusterQueueStopped}) {
+		t.Fatalf("after RetryEviction drained %v, want single", got)
 	}
 
 	// Being evicted, it is not handed out again.
@@ -79,8 +79,8 @@ func TestHoldAndDrain(t *testing.T) {
 		meta.SetStatusCondition(&wl.Status.Conditions, metav1.Condition{Type: v1alpha1.WorkloadEvicted, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonClusterQueueStopped})
 	})
 	f.s.Observe(evicting)
-	if plan := f.cycle(); len(plan.Drains) != 0 {
-		t.Fatalf("a workload being evicted was handed out: %v", drained(plan.Drains))
+	if plan := f.cycle(); len(plan.Evictions) != 0 {
+		t.Fatalf("a workload being evicted was handed out: %v", drained(plan.Evictions))
 	}
 
 	// A LocalQueue that drains hands out its own workloads only.
@@ -89,10 +89,10 @@ func TestHoldAndDrain(t *testing.T) {
 		Spec:       v1alpha1.LocalQueueSpec{ClusterQueue: "other", StopPolicy: ptr.To(v1alpha1.HoldAndDrain)},
 	})
 	plan = f.cycle()
-	if got := drained(plan.Drains); !maps.Equal(got, map[string]string{"elsewhere": v1alpha1.ReasonLocalQueueStopped}) {
+	if got := drained(plan.Evictions); !maps.Equal(got, map[string]string{"elsewhere": v1alpha1.ReasonLocalQueueStopped}) {
 		t.Fatalf("with LocalQueue lq-other draining, drained %v, want elsewhere", got)
 	}
-	if msg := plan.Drains[0].Message; !strings.HasPrefix(msg, "LocalQueue lq-other drains") {
+	if msg := plan.Evictions[0].Message; !strings.HasPrefix(msg, "LocalQueue lq-other drains") {
 		t.Fatalf("message %q, want it to name the LocalQueue", msg)
 	}
 

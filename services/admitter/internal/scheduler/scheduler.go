@@ -11,11 +11,14 @@
 //
 // A cycle takes one head per ClusterQueue at a time and admits the heads in
 // the order users of Kueue know: higher priority first, then the ones that
-// fit without borrowing, then the ones that have waited longest. It does no
-// I/O: it returns a Plan — reservations to write and messages telling
-// waiting workloads why — and counts the reservations as assumed until the
-// admitter's write comes back as a new version of the workload (or Unassume
-// says the write was lost).
+// fit without borrowing, then the ones that have waited longest. A head
+// that does not fit, in a queue whose preemption policy allows, claims
+// victims (see package preemption) and waits for them to stop; a claimed
+// victim is not counted on by another preemptor. It does no I/O: it
+// returns a Plan — reservations to write, workloads to evict and messages
+// telling waiting workloads why — and counts the reservations as assumed
+// until the admitter's write comes back as a new version of the workload
+// (or Unassume says the write was lost).
 package scheduler
 
 import (
@@ -68,6 +71,9 @@ type Scheduler struct {
 	// so a queue event re-places only the workloads it concerns.
 	byLocalQueue map[types.NamespacedName]map[types.NamespacedName]*entry
 	byAdmission  map[string]map[types.NamespacedName]*entry
+	// claims are the victims of preemption, each with the pending
+	// workload it was preempted for (see claimant).
+	claims map[types.NamespacedName]types.NamespacedName
 	// held are the pending workloads whose requeue time is still ahead.
 	held entryHeap
 	// messages are the waiting workloads whose message changed since the
@@ -103,6 +109,7 @@ func New() *Scheduler {
 		byLocalQueue:  map[types.NamespacedName]map[types.NamespacedName]*entry{},
 		byAdmission:   map[string]map[types.NamespacedName]*entry{},
 		messages:      map[types.NamespacedName]*entry{},
+		claims:        map[types.NamespacedName]types.NamespacedName{},
 		held:          entryHeap{less: byRequeueTime},
 		retired:       map[types.NamespacedName]mark{},
 	}
@@ -153,8 +160,8 @@ type entry struct {
 	shape      string             // the resources it requests (see shapeOf)
 	heapIndex  int                // in whichever heap holds it
 	assumed    bool
-	// drained is the resourceVersion last handed out to be drained.
-	drained string
+	// evicted is the resourceVersion last handed out to be evicted.
+	evicted string
 }
 
 // fingerprint is what decides a workload's placement; versions with the

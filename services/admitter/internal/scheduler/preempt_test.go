@@ -1,0 +1,184 @@
+package scheduler
+
+import (
+	"maps"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
+)
+
+func withPreemption(p v1alpha1.ClusterQueuePreemption) func(*v1alpha1.ClusterQueue) {
+	return func(cq *v1alpha1.ClusterQueue) { cq.Spec.Preemption = &p }
+}
+
+// released is the version of wl once its evicted pods stopped: it holds
+// no quota.
+func (f *fixture) released(wl *v1alpha1.Workload) *v1alpha1.Workload {
+	return f.next(wl, func(wl *v1alpha1.Workload) {
+		wl.Status.Admission = nil
+		meta.SetStatusCondition(&wl.Status.Conditions, metav1.Condition{Type: v1alpha1.WorkloadQuotaReserved, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonPending})
+		meta.SetStatusCondition(&wl.Status.Conditions, metav1.Condition{Type: v1alpha1.WorkloadAdmitted, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonPreempted})
+		finished(wl)
+	})
+}
+
+// TestPreemptionWithinClusterQueue: a workload of higher priority has a
+// lower-priority one of its queue evicted, waits for it to stop, and takes
+// its quota then; deciding again meanwhile evicts nothing more.
+func TestPreemptionWithinClusterQueue(t *testing.T) {
+	f := newFixture(t)
+	f.clusterQueue("cq", "2", withPreemption(v1alpha1.ClusterQueuePreemption{WithinClusterQueue: v1alpha1.PreemptionLowerPriority}))
+	f.s.Observe(f.workload("low", "lq-cq", "1", 0, 0))
+	group := f.workload("group", "lq-cq", "1", 1, 1)
+	group.Labels = map[string]string{v1alpha1.PodGroupLabel: "group"}
+	f.s.Observe(group)
+	_, _, written := f.runCycle()
+
+	f.s.Observe(f.workload("urgent", "lq-cq", "1", 2, 10))
+	plan := f.cycle()
+	if len(plan.Reservations) != 0 {
+		t.Fatalf("reserved %v with the queue full", names(plan.Reservations))
+	}
+	if got := drained(plan.Evictions); !maps.Equal(got, map[string]string{"low": v1alpha1.ReasonPreempted}) {
+		t.Fatalf("evicted %v, want the lowest priority, low", got)
+	}
+	msg := plan.Evictions[0].Message
+	for _, want := range []string{
+		"preempted by ns/urgent (priority 10) of ClusterQueue cq: it has a lower priority in the same ClusterQueue (withinClusterQueue LowerPriority)",
+		"the pod is deleted and does not run again",
+	} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("victim's message %q lacks %q", msg, want)
+		}
+	}
+	if got := messages(plan.Waiting)["urgent"]; got != "waiting for 1 preempted workload(s) to stop, which frees its quota: ns/low" {
+		t.Errorf("preemptor's message %q", got)
+	}
+
+	// Decided again before the victim stops: nothing more is evicted for
+	// urgent. A second urgent workload cannot count on urgent's victim:
+	// it has the next one evicted.
+	if plan := f.cycle(); len(plan.Evictions) != 0 {
+		t.Fatalf("deciding again evicted %v", drained(plan.Evictions))
+	}
+	f.s.Observe(f.workload("urgent-too", "lq-cq", "1", 3, 10))
+	if plan := f.cycle(); !maps.Equal(drained(plan.Evictions), map[string]string{"group": v1alpha1.ReasonPreempted}) || len(plan.Reservations) != 0 {
+		t.Fatalf("for a second urgent workload: evicted %v, reserved %v; want group evicted", drained(plan.Evictions), names(plan.Reservations))
+	}
+	// A failed eviction is handed out again by its preemptor.
+	f.s.RetryEviction(written["low"])
+	if plan := f.cycle(); !maps.Equal(drained(plan.Evictions), map[string]string{"low": v1alpha1.ReasonPreempted}) {
+		t.Fatalf("after a failed eviction: evicted %v, want low again", drained(plan.Evictions))
+	}
+	evicting := f.next(written["low"], func(wl *v1alpha1.Workload) {
+		meta.SetStatusCondition(&wl.Status.Conditions, metav1.Condition{Type: v1alpha1.WorkloadEvicted, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonPreempted})
+	})
+	f.s.Observe(evicting)
+	if plan := f.cycle(); len(plan.Evictions) != 0 {
+		t.Fatalf("once the victim is being evicted: evicted %v", drained(plan.Evictions))
+	}
+
+	f.s.Observe(f.released(evicting))
+	reserved, _, _ := f.runCycle()
+	if got := names(reserved); len(got) != 1 || got[0] != "urgent" {
+		t.Fatalf("once the victim stopped, reserved %v, want urgent alone", got)
+	}
+}
+
+// TestPreemptionOfAGroupSaysItWaitsForItsPods: a preempted group is told
+// that its pods are deleted and that it queues again once they are back.
+func TestPreemptionOfAGroupSaysItWaitsForItsPods(t *testing.T) {
+	f := newFixture(t)
+	f.clusterQueue("cq", "1", withPreemption(v1alpha1.ClusterQueuePreemption{WithinClusterQueue: v1alpha1.PreemptionLowerPriority}))
+	group := f.workload("group", "lq-cq", "1", 0, 0)
+	group.Labels = map[string]string{v1alpha1.PodGroupLabel: "group"}
+	f.s.Observe(group)
+	f.runCycle()
+	f.s.Observe(f.workload("urgent", "lq-cq", "1", 1, 10))
+	plan := f.cycle()
+	if len(plan.Evictions) != 1 || !strings.HasSuffix(plan.Evictions[0].Message, "the group's pods are deleted; it queues again once they are all created again") {
+		t.Fatalf("evictions %+v, want the group with what becomes of its pods", plan.Evictions)
+	}
+}
+
+// TestNoPreemptionWithoutAPolicy: a queue without a preemption policy, or
+// with one that spares equal priorities, evicts nothing.
+func TestNoPreemptionWithoutAPolicy(t *testing.T) {
+	for name, mutate := range map[string]func(*v1alpha1.ClusterQueue){
+		"no policy":   func(*v1alpha1.ClusterQueue) {},
+		"all Never":   withPreemption(v1alpha1.ClusterQueuePreemption{}),
+		"lower only":  withPreemption(v1alpha1.ClusterQueuePreemption{WithinClusterQueue: v1alpha1.PreemptionLowerPriority}),
+		"reclaim Any": withPreemption(v1alpha1.ClusterQueuePreemption{ReclaimWithinCohort: v1alpha1.PreemptionAny}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t)
+			f.clusterQueue("cq", "1", mutate)
+			f.s.Observe(f.workload("running", "lq-cq", "1", 0, 5))
+			f.runCycle()
+			f.s.Observe(f.workload("same", "lq-cq", "1", 1, 5))
+			plan := f.cycle()
+			if len(plan.Evictions) != 0 {
+				t.Fatalf("evicted %v", drained(plan.Evictions))
+			}
+			if got := messages(plan.Waiting)["same"]; !strings.Contains(got, "insufficient quota") {
+				t.Fatalf("waiting message %q, want the shortfall", got)
+			}
+		})
+	}
+}
+
+// TestReclaimWithinCohort: a queue takes back the quota it lent from the
+// queue that borrowed it; a workload of the borrower within its own
+// nominal quota is left alone.
+func TestReclaimWithinCohort(t *testing.T) {
+	f := newFixture(t)
+	f.clusterQueue("a", "2", inCohort("org"), withPreemption(v1alpha1.ClusterQueuePreemption{ReclaimWithinCohort: v1alpha1.PreemptionAny}))
+	f.clusterQueue("b", "2", inCohort("org"))
+	f.s.Observe(f.workload("b-own", "lq-b", "2", 0, 0))
+	f.runCycle()
+	f.s.Observe(f.workload("b-borrowed", "lq-b", "2", 1, 0))
+	f.runCycle()
+	f.s.Observe(f.workload("a", "lq-a", "2", 2, 0))
+	plan := f.cycle()
+	if got := drained(plan.Evictions); !maps.Equal(got, map[string]string{"b-borrowed": v1alpha1.ReasonPreempted}) {
+		t.Fatalf("evicted %v, want b-borrowed", got)
+	}
+	if msg := plan.Evictions[0].Message; !strings.Contains(msg, "its ClusterQueue borrowed quota of the cohort, which a reclaims (reclaimWithinCohort Any)") {
+		t.Errorf("message %q does not say a reclaims what it lent", msg)
+	}
+}
+
+// TestPreemptorsDoNotShareVictims: two workloads that could each use the
+// same victim's quota: the first claims it, the second may not count on
+// it and waits for quota; once the victim stopped, both fit.
+func TestPreemptorsDoNotShareVictims(t *testing.T) {
+	f := newFixture(t)
+	f.clusterQueue("cq", "2", withPreemption(v1alpha1.ClusterQueuePreemption{WithinClusterQueue: v1alpha1.PreemptionLowerPriority}))
+	f.s.Observe(f.workload("low", "lq-cq", "2", 0, 0))
+	_, _, written := f.runCycle()
+	f.s.Observe(f.workload("first", "lq-cq", "1", 1, 10))
+	f.s.Observe(f.workload("second", "lq-cq", "1", 2, 10))
+	plan := f.cycle()
+	if got := drained(plan.Evictions); !maps.Equal(got, map[string]string{"low": v1alpha1.ReasonPreempted}) {
+		t.Fatalf("evicted %v, want low once", got)
+	}
+	waiting := messages(plan.Waiting)
+	if !strings.HasPrefix(waiting["first"], "waiting for 1 preempted workload(s) to stop") ||
+		!strings.Contains(waiting["second"], "insufficient quota") {
+		t.Fatalf("waiting messages %v", waiting)
+	}
+	// A third, asking later, does not count on the claimed victim either.
+	f.s.Observe(f.workload("third", "lq-cq", "1", 3, 10))
+	if plan := f.cycle(); len(plan.Evictions) != 0 {
+		t.Fatalf("a later preemptor evicted %v", drained(plan.Evictions))
+	}
+	f.s.Observe(f.released(written["low"]))
+	reserved, _, _ := f.runCycle()
+	if got := names(reserved); len(got) != 2 || got[0] != "first" || got[1] != "second" {
+		t.Fatalf("once the victim stopped, reserved %v, want first and second", got)
+	}
+}
