@@ -105,9 +105,14 @@ func (a *Admitter) cycle(ctx context.Context, settling *sync.WaitGroup) {
 		g.Go(func() error {
 			err := a.writer.EvictVersion(gctx, ev.Workload, ev.Reason, ev.Message)
 			switch {
-			case err == nil, errors.Is(err, lifecycle.ErrMoved), errors.Is(err, lifecycle.ErrStale):
+			case err == nil:
+			case errors.Is(err, lifecycle.ErrMoved), errors.Is(err, lifecycle.ErrStale):
 				// A newer version of the workload comes, and with it the
-				// next look.
+				// next look: the scheduler hands it out again if it
+				// still should be evicted (a victim of preemption through
+				// its preemptor, which waits parked).
+				a.sched.RetryEviction(ev.Workload)
+				a.triggerCycle()
 			default:
 				log.Error(err, "evict", "workload", ev.Workload.Namespace+"/"+ev.Workload.Name, "reason", ev.Reason)
 				a.sched.RetryEviction(ev.Workload)

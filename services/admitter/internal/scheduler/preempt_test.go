@@ -74,6 +74,15 @@ func TestPreemptionWithinClusterQueue(t *testing.T) {
 	if plan := f.cycle(); !maps.Equal(drained(plan.Evictions), map[string]string{"low": v1alpha1.ReasonPreempted}) {
 		t.Fatalf("after a failed eviction: evicted %v, want low again", drained(plan.Evictions))
 	}
+	// The victim changed before its eviction was written (the write found
+	// a newer version): the newer version is handed out.
+	changed := f.next(written["low"], func(wl *v1alpha1.Workload) { wl.Annotations = map[string]string{"note": "changed"} })
+	f.s.Observe(changed)
+	f.s.RetryEviction(written["low"])
+	if plan := f.cycle(); len(plan.Evictions) != 1 || plan.Evictions[0].Workload.ResourceVersion != changed.ResourceVersion {
+		t.Fatalf("after the victim changed: evictions %+v, want its newer version", plan.Evictions)
+	}
+	written["low"] = changed
 	evicting := f.next(written["low"], func(wl *v1alpha1.Workload) {
 		meta.SetStatusCondition(&wl.Status.Conditions, metav1.Condition{Type: v1alpha1.WorkloadEvicted, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonPreempted})
 	})
