@@ -69,12 +69,22 @@ func NewService(name, bin string, args []string, httpAddr, logPath string) *Serv
 }
 
 // Start starts the process. It does not wait for readiness.
-func (s *Service) Start() error { return s.StartWithEnv() }
+func (s *Service) Start() error { return s.StartOnce(Once{}) }
 
-// StartWithEnv starts the process with extra environment variables
-// ("KEY=value") for this start only: a later Start runs without them. A
-// crash test uses it to arm a crash point in one run of a service.
-func (s *Service) StartWithEnv(env ...string) error {
+// Once is what one start of a Service adds to its environment and flags;
+// a later Start runs without them. A crash test uses it to arm a crash
+// point in one run of a service.
+type Once struct {
+	// Env holds extra environment variables ("KEY=value").
+	Env []string
+	// Args holds extra flags, after the service's own (a repeated flag
+	// takes the later value).
+	Args []string
+}
+
+// StartOnce starts the process with once's additions for this start
+// only. It does not wait for readiness.
+func (s *Service) StartOnce(once Once) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	log, err := os.OpenFile(s.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -82,13 +92,14 @@ func (s *Service) StartWithEnv(env ...string) error {
 		return fmt.Errorf("opening %s log: %w", s.Name, err)
 	}
 	defer log.Close() // the child has its own copy
-	fmt.Fprintf(log, "=== %s start %v\n", time.Now().Format(time.RFC3339Nano), s.args)
-	if len(env) > 0 {
-		fmt.Fprintf(log, "=== with environment %v\n", env)
+	args := append(slices.Clone(s.args), once.Args...)
+	fmt.Fprintf(log, "=== %s start %v\n", time.Now().Format(time.RFC3339Nano), args)
+	if len(once.Env) > 0 {
+		fmt.Fprintf(log, "=== with environment %v\n", once.Env)
 	}
-	cmd := exec.Command(s.bin, s.args...)
+	cmd := exec.Command(s.bin, args...)
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.Env = append(append(os.Environ(), "OTEL_SERVICE_NAME=sluice-"+s.Name), env...)
+	cmd.Env = append(append(os.Environ(), "OTEL_SERVICE_NAME=sluice-"+s.Name), once.Env...)
 	if err := s.sp.Start(cmd); err != nil {
 		return fmt.Errorf("starting %s: %w", s.Name, err)
 	}

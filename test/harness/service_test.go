@@ -35,6 +35,7 @@ func TestMain(m *testing.M) {
 func fakeService(mode string) int {
 	fs := flag.NewFlagSet("fake", flag.ContinueOnError)
 	addr := fs.String("http-addr", "", "")
+	fs.Bool("once-only", false, "a flag one start adds")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 1
 	}
@@ -156,15 +157,15 @@ func TestServiceFailures(t *testing.T) {
 	})
 }
 
-// A crash test starts a service once with a crash point armed, waits for
-// it to die, and starts it again without.
-func TestServiceStartWithEnvAndWaitExited(t *testing.T) {
+// A crash test starts a service once with a crash point armed, and maybe
+// a flag, waits for it to die, and starts it again without either.
+func TestServiceStartOnceAndWaitExited(t *testing.T) {
 	ctx := testContext(t)
 	svc := newFake(t, "ok")
 	if err := svc.WaitExited(ctx); err != nil {
 		t.Errorf("WaitExited before Start = %v, want nil", err)
 	}
-	if err := svc.StartWithEnv(fakeKillSelfEnv + "=1"); err != nil {
+	if err := svc.StartOnce(Once{Env: []string{fakeKillSelfEnv + "=1"}, Args: []string{"--once-only"}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := svc.WaitExited(ctx); err != nil {
@@ -176,10 +177,16 @@ func TestServiceStartWithEnvAndWaitExited(t *testing.T) {
 	if !strings.Contains(svc.Tail(100), "with environment ["+fakeKillSelfEnv+"=1]") {
 		t.Errorf("log does not record the extra environment:\n%s", svc.Tail(100))
 	}
+	if !strings.Contains(svc.Tail(100), "fake service up with [--http-addr "+svc.HTTPAddr+" --once-only]") {
+		t.Errorf("the fake did not get the extra flag after its own:\n%s", svc.Tail(100))
+	}
 
-	// The environment was for one start only.
+	// The environment and the flag were for one start only.
 	if err := svc.Start(); err != nil {
 		t.Fatal(err)
+	}
+	if tail := svc.Tail(100); strings.Contains(tail[strings.LastIndex(tail, "=== "):], "once-only") {
+		t.Errorf("the restart got the first start's flag again:\n%s", tail)
 	}
 	if err := svc.WaitReady(ctx); err != nil {
 		t.Fatalf("restart without the environment: %v", err)

@@ -50,9 +50,10 @@ type crash struct {
 }
 
 // arm restarts the service that passes point with the point armed: the
-// process kills itself the first time it gets there. However the case
-// ends, the service runs unarmed afterwards.
-func arm(ctx context.Context, t *testing.T, point string) *crash {
+// process kills itself the first time it gets there. flags are added to
+// that run alone. However the case ends, the service runs unarmed, with
+// its usual flags, afterwards.
+func arm(ctx context.Context, t *testing.T, point string, flags ...string) *crash {
 	t.Helper()
 	c := &crash{point: point, svc: serviceOf(t, point)}
 	t.Cleanup(func() { ensureRunning(t, c.svc, !c.hit) })
@@ -62,7 +63,7 @@ func arm(ctx context.Context, t *testing.T, point string) *crash {
 	if err := c.svc.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.svc.StartWithEnv(crashpoint.EnvVar + "=" + point); err != nil {
+	if err := c.svc.StartOnce(harness.Once{Env: []string{crashpoint.EnvVar + "=" + point}, Args: flags}); err != nil {
 		t.Fatal(err)
 	}
 	// A point passed while the service starts up kills it before it is

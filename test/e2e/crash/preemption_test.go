@@ -37,11 +37,11 @@ func preemptLowerPriority(ctx context.Context, t *testing.T, cq string) {
 }
 
 // TestCrashPreemption crashes the admitter right after the first eviction
-// write of a preemption that needs two victims, with the second possibly
-// not written. The next leader evicts what is left, not again what is
-// evicted already: each victim is evicted once and its pod deleted once,
-// the preemptor starts once, after both stopped, and the queue never
-// holds more than its quota.
+// write of a preemption that needs two victims, so that one victim is
+// evicted and the other is not. The next leader evicts what is left, not
+// again what is evicted already: each victim is evicted once and its pod
+// deleted once, the preemptor starts once, after both stopped, and the
+// queue never holds more than its quota.
 func TestCrashPreemption(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
 	defer cancel()
@@ -70,17 +70,19 @@ func TestCrashPreemption(t *testing.T) {
 	}
 
 	// Crash point: armed before the urgent pod exists, so the first
-	// eviction it causes is the first the admitter writes.
-	c := arm(ctx, t, "admitter/evict")
+	// eviction it causes is the first the admitter writes. One write at a
+	// time, so that the kill lands between the two evictions: with the
+	// usual concurrent writes the second may already be written.
+	c := arm(ctx, t, "admitter/evict", "--write-concurrency", "1")
 	preemptor := newPod(ns, "urgent", userQueue, "2", "2s")
 	preemptor.Labels[podkeys.PriorityClassLabel] = urgent
 	mustCreate(ctx, t, preemptor)
 	if err := c.svc.WaitExited(ctx); err != nil {
 		t.Fatalf("crash point admitter/evict was never reached: %v", err)
 	}
-	// The evictions are written concurrently: the kill may or may not
-	// have cut the second short. Say which case this run checks.
-	t.Logf("the crash left %d of the %d victims evicted", countEvicted(ctx, t, victimWls), len(victimWls))
+	if n := countEvicted(ctx, t, victimWls); n != 1 {
+		t.Fatalf("the crash left %d of the %d victims evicted, want 1: the case needs the kill between the two evictions", n, len(victimWls))
+	}
 	c.waitHit(ctx, t)
 
 	// End state: both victims gone, the urgent pod ran in their place.
