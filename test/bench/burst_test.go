@@ -279,12 +279,11 @@ func runBurst(b *testing.B, envOpts testenv.Options, c burstCase) {
 }
 
 type sluiceResult struct {
-	podsPerSecond, writesPerPod float64
-	p50, p90, p99               time.Duration
+	ungateLatency
+	writesPerPod float64
 	// lastCreateToUngate runs from the answer to the burst's last create
 	// to the last ungate seen.
 	lastCreateToUngate time.Duration
-	ungated            int
 	writesByResource   string
 	readsByResource    string
 	stages             string
@@ -356,29 +355,13 @@ func measureSluice(ctx context.Context, b *testing.B, env *testenv.Env, cs kuber
 		b.Fatal(err)
 	}
 
-	var last time.Time
-	lat := make([]time.Duration, 0, n)
-	for i := range n {
-		t, ok := seen[fmt.Sprintf("pod-%d", i)]
-		if !ok {
-			continue
-		}
-		lat = append(lat, t.Sub(created[i]))
-		if t.After(last) {
-			last = t
-		}
-	}
-	if len(lat) < n {
-		b.Errorf("only %d of %d pods were ungated within %s", len(lat), n, bound)
-	}
-	stagesReport := stages.report(created, seen)
-	slices.Sort(lat)
 	var res sluiceResult
-	res.ungated = len(lat)
-	if len(lat) > 0 {
-		res.podsPerSecond = float64(len(lat)) / last.Sub(start).Seconds()
-		res.p50, res.p90, res.p99 = pct(lat, 50), pct(lat, 90), pct(lat, 99)
-		res.lastCreateToUngate = last.Sub(createdAll)
+	res.ungateLatency = measureUngateLatency(created, seen, "pod-", start)
+	if res.ungated < n {
+		b.Errorf("only %d of %d pods were ungated within %s", res.ungated, n, bound)
+	}
+	if res.ungated > 0 {
+		res.lastCreateToUngate = res.last.Sub(createdAll)
 	}
 	writes, byRes, reads := 0.0, map[string]float64{}, map[string]float64{}
 	for _, rc := range testenv.SubtractCounts(after, before) {
@@ -391,7 +374,7 @@ func measureSluice(ctx context.Context, b *testing.B, env *testenv.Env, cs kuber
 	}
 	res.readsByResource = perPod(reads, n)
 	res.writesPerPod = writes / float64(n)
-	res.stages = stagesReport
+	res.stages = stages.report(created, seen)
 	res.writesByResource = perPod(byRes, n)
 	return res
 }

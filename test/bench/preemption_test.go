@@ -148,11 +148,9 @@ func runPreemption(b *testing.B, c preemptionCase) {
 }
 
 type preemptionResult struct {
+	ungateLatency
 	fill                   time.Duration
-	podsPerSecond          float64
 	lastUngate             time.Duration // from the first high-priority create
-	p50, p90, p99          time.Duration
-	ungated                int
 	victimWorkloads        int
 	victimPods             int
 	otherEvictions         int
@@ -228,31 +226,16 @@ func measurePreemption(ctx context.Context, b *testing.B, env *testenv.Env, cs k
 	res.cpu = cpu.report()
 	admitterCPU := cpu.used("admitter")
 
-	var last time.Time
-	lat := make([]time.Duration, 0, n)
-	for i := range n {
-		t, ok := ungated[fmt.Sprintf("high-%d", i)]
-		if !ok {
-			continue
-		}
-		lat = append(lat, t.Sub(created[i]))
-		if t.After(last) {
-			last = t
-		}
+	res.ungateLatency = measureUngateLatency(created, ungated, "high-", start)
+	if res.ungated < n {
+		b.Errorf("only %d of %d high-priority pods were ungated within %s; %s", res.ungated, n, bound, w.stuck())
 	}
-	if len(lat) < n {
-		b.Errorf("only %d of %d high-priority pods were ungated within %s; %s", len(lat), n, bound, w.stuck())
-	}
-	slices.Sort(lat)
-	res.ungated = len(lat)
-	if len(lat) > 0 {
-		res.lastUngate = last.Sub(start)
-		res.podsPerSecond = float64(len(lat)) / res.lastUngate.Seconds()
-		res.p50, res.p90, res.p99 = pct(lat, 50), pct(lat, 90), pct(lat, 99)
+	if res.ungated > 0 {
+		res.lastUngate = res.last.Sub(start)
 	}
 	res.victimWorkloads, res.otherEvictions = w.evictions()
 	res.victimPods = w.count("low-", w.deleted)
-	res.timeline = w.timeline(start, createdAll, last)
+	res.timeline = w.timeline(start, createdAll, res.last)
 	res.settled = "yes"
 	if !settled {
 		victims, done := w.victimsSettled(c.groupSize > 1)

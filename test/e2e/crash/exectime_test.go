@@ -6,7 +6,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/utils/ptr"
 
 	sluicev1alpha1 "github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 	"github.com/sluice-dev/sluice/pkg/podkeys"
@@ -49,34 +48,13 @@ func TestCrashMaximumExecutionTime(t *testing.T) {
 	// The Workload was deactivated, then evicted while it held its quota,
 	// with the reason of the deactivation and its account reset.
 	name := workloadName(t, hist)
-	events := hist.workloadEvents(name)
-	deactivated, ok := first(events, func(e event[*sluicev1alpha1.Workload]) bool {
-		return e.typ != watch.Deleted && !ptr.Deref(e.obj.Spec.Active, true)
-	})
-	if !ok {
-		t.Fatal("the workload was never deactivated")
-	}
-	evicted, ok := first(events, func(e event[*sluicev1alpha1.Workload]) bool {
-		return e.typ != watch.Deleted && isTrue(e.obj, sluicev1alpha1.WorkloadEvicted) && holdsQuota(e.obj)
-	})
-	if !ok {
-		t.Fatal("the workload was never evicted while holding its quota")
-	}
-	if evicted.rev < deactivated.rev {
-		t.Errorf("evicted at revision %d, before it was deactivated at %d", evicted.rev, deactivated.rev)
-	}
-	if r := condReason(evicted.obj, sluicev1alpha1.WorkloadEvicted); r != sluicev1alpha1.ReasonMaximumExecutionTimeExceeded {
-		t.Errorf("evicted with reason %q, want %s", r, sluicev1alpha1.ReasonMaximumExecutionTimeExceeded)
-	}
+	evicted := checkEvictedAfterDeactivation(t, hist, name, sluicev1alpha1.ReasonMaximumExecutionTimeExceeded)
 	if got := evicted.obj.Status.AccumulatedPastExecutionTimeSeconds; got != nil {
 		t.Errorf("accumulatedPastExecutionTimeSeconds = %d at the eviction, want it reset", *got)
 	}
-	if n := hist.transitions(name, sluicev1alpha1.WorkloadEvicted); n != 1 {
-		t.Errorf("Evicted turned True %d times, want once", n)
-	}
 
 	// The quota went only once the pod had stopped.
-	released, ok := first(events, func(e event[*sluicev1alpha1.Workload]) bool {
+	released, ok := first(hist.workloadEvents(name), func(e event[*sluicev1alpha1.Workload]) bool {
 		return e.rev > evicted.rev && (e.typ == watch.Deleted || !holdsQuota(e.obj))
 	})
 	stopped, stoppedOK := first(hist.podEvents(bounded.Name), func(e event[*corev1.Pod]) bool {

@@ -2,6 +2,8 @@ package crash
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,28 +64,8 @@ func TestCrashStartupDeadlineLimit(t *testing.T) {
 	// The Workload was deactivated, then evicted while it held its quota:
 	// with the limit's reason when the deadline acted again first, or as
 	// any inactive workload holding quota is.
-	events := hist.workloadEvents(workloadName(t, hist))
-	deactivated, ok := first(events, func(e event[*sluicev1alpha1.Workload]) bool {
-		return e.typ != watch.Deleted && !ptr.Deref(e.obj.Spec.Active, true)
-	})
-	if !ok {
-		t.Fatal("the workload was never deactivated")
-	}
-	evicted, ok := first(events, func(e event[*sluicev1alpha1.Workload]) bool {
-		return e.typ != watch.Deleted && isTrue(e.obj, sluicev1alpha1.WorkloadEvicted) && holdsQuota(e.obj)
-	})
-	if !ok {
-		t.Fatal("the workload was never evicted while holding its quota")
-	}
-	if evicted.rev < deactivated.rev {
-		t.Errorf("evicted at revision %d, before it was deactivated at %d", evicted.rev, deactivated.rev)
-	}
-	if r := condReason(evicted.obj, sluicev1alpha1.WorkloadEvicted); r != sluicev1alpha1.ReasonRequeuingLimitExceeded && r != sluicev1alpha1.ReasonInactive {
-		t.Errorf("evicted with reason %q, want %s or %s", r, sluicev1alpha1.ReasonRequeuingLimitExceeded, sluicev1alpha1.ReasonInactive)
-	}
-	if n := hist.transitions(evicted.obj.Name, sluicev1alpha1.WorkloadEvicted); n != 1 {
-		t.Errorf("Evicted turned True %d times, want once", n)
-	}
+	checkEvictedAfterDeactivation(t, hist, workloadName(t, hist),
+		sluicev1alpha1.ReasonRequeuingLimitExceeded, sluicev1alpha1.ReasonInactive)
 }
 
 // TestCrashStartedReport crashes a service right after the report that a
@@ -144,4 +126,36 @@ func workloadName(t *testing.T, h *history) string {
 		t.Fatal("no Workload in the history")
 	}
 	return h.workloads[0].obj.Name
+}
+
+// checkEvictedAfterDeactivation checks the history of Workload name after
+// a crash between the two writes of a deactivation (spec.active false,
+// the eviction not yet written): it was deactivated, then evicted once,
+// while it still held its quota, with one of reasons. It returns the
+// eviction for the caller's own checks.
+func checkEvictedAfterDeactivation(t *testing.T, h *history, name string, reasons ...string) event[*sluicev1alpha1.Workload] {
+	t.Helper()
+	events := h.workloadEvents(name)
+	deactivated, ok := first(events, func(e event[*sluicev1alpha1.Workload]) bool {
+		return e.typ != watch.Deleted && !ptr.Deref(e.obj.Spec.Active, true)
+	})
+	if !ok {
+		t.Fatal("the workload was never deactivated")
+	}
+	evicted, ok := first(events, func(e event[*sluicev1alpha1.Workload]) bool {
+		return e.typ != watch.Deleted && isTrue(e.obj, sluicev1alpha1.WorkloadEvicted) && holdsQuota(e.obj)
+	})
+	if !ok {
+		t.Fatal("the workload was never evicted while holding its quota")
+	}
+	if evicted.rev < deactivated.rev {
+		t.Errorf("evicted at revision %d, before it was deactivated at %d", evicted.rev, deactivated.rev)
+	}
+	if r := condReason(evicted.obj, sluicev1alpha1.WorkloadEvicted); !slices.Contains(reasons, r) {
+		t.Errorf("evicted with reason %q, want %s", r, strings.Join(reasons, " or "))
+	}
+	if n := h.transitions(name, sluicev1alpha1.WorkloadEvicted); n != 1 {
+		t.Errorf("Evicted turned True %d times, want once", n)
+	}
+	return evicted
 }

@@ -31,6 +31,29 @@ func validProto() *sluicev1.Workload {
 	}
 }
 
+// fromMutatedProto converts validProto changed by mutate (if not nil) and
+// checks FromProto's error: it must contain wantErr, or be nil when
+// wantErr is empty. It returns the Workload, or nil once the wanted error
+// was seen, as the tables of FromProto cases share this.
+func fromMutatedProto(t *testing.T, mutate func(*sluicev1.Workload), wantErr string) *v1alpha1.Workload {
+	t.Helper()
+	p := validProto()
+	if mutate != nil {
+		mutate(p)
+	}
+	wl, err := FromProto(p)
+	if wantErr != "" {
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Fatalf("err = %v, want it to contain %q", err, wantErr)
+		}
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wl
+}
+
 func TestFromProto(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -65,19 +88,9 @@ func TestFromProto(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p := validProto()
-			if tc.mutate != nil {
-				tc.mutate(p)
-			}
-			wl, err := FromProto(p)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err = %v, want it to contain %q", err, tc.wantErr)
-				}
+			wl := fromMutatedProto(t, tc.mutate, tc.wantErr)
+			if wl == nil {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			cpu := wl.Spec.PodSets[0].Template.Requests[corev1.ResourceCPU]
 			if wl.Namespace != "ns" || *wl.Spec.Priority != 5 || cpu.String() != "500m" ||
@@ -119,19 +132,9 @@ func TestFromProtoPriorityClassAndRunTime(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p := validProto()
-			if tc.mutate != nil {
-				tc.mutate(p)
-			}
-			wl, err := FromProto(p)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err = %v, want it to contain %q", err, tc.wantErr)
-				}
+			wl := fromMutatedProto(t, tc.mutate, tc.wantErr)
+			if wl == nil {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if !equality.Semantic.DeepEqual(wl.Spec.PriorityClassRef, tc.wantRef) {
 				t.Errorf("priorityClassRef = %+v, want %+v", wl.Spec.PriorityClassRef, tc.wantRef)
