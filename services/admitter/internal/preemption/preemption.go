@@ -1,8 +1,16 @@
 // Package preemption chooses which admitted workloads to evict so that a
 // pending one fits: lower-priority workloads of its own ClusterQueue, and
-// workloads of other ClusterQueues of its cohort that hold quota beyond
-// their nominal quota (quota lent to them, which the pending workload's
-// queue reclaims, or, by policy, quota it may borrow itself).
+// workloads of other ClusterQueues of its cohort tree that hold quota
+// beyond their nominal quota (quota lent to them, which the pending
+// workload's queue reclaims, or, by policy, quota it may borrow itself).
+//
+// In nested cohorts, the other queues are looked for from the pending
+// workload's queue upwards: in the subtree of its cohort, then of that
+// cohort's parent, and so on to the root, each time leaving out the
+// subtree already searched. A sub-cohort is searched only while its
+// subtree uses more than its own quota of what the pending workload
+// lacks, so what a cohort borrows within itself is its own business: only
+// what it took from outside can be reclaimed.
 //
 // It only decides. The victims it names are evicted by the admitter's
 // usual eviction, which keeps their quota until their pods stop; while
@@ -11,16 +19,19 @@
 // they stop names the same victims and no more.
 //
 // The choice follows Kueue's classical preemption: candidates are sorted
-// (workloads already being evicted first, then those of other queues, then
-// lowest priority, then the most recently reserved), taken in that order
-// until the pending workload fits, and then every one but the last is put
-// back, from the last but one to the first, if the workload fits without
-// it. A workload that would not fit even with every candidate gone gets no
-// victims.
+// (workloads already being evicted first, then those of other queues that
+// hold quota the pending workload's queue has the better claim to, then
+// the other queues' other workloads, then those of its own queue; within
+// each, lowest priority, then the most recently reserved), taken in that
+// order until the pending workload fits, and then every one but the last
+// is put back, from the last but one to the first, if the workload fits
+// without it. A workload that would not fit even with every candidate
+// gone gets no victims; Blocked says why, when a policy is the reason.
 package preemption
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"time"
 
@@ -98,9 +109,10 @@ type Reason string
 const (
 	// InClusterQueue: a workload of lower priority in the same queue.
 	InClusterQueue Reason = "InClusterQueue"
-	// InCohortReclamation: a workload of another queue held quota the
-	// pending workload's queue lent, and the pending workload fits within
-	// its queue's nominal quota without it.
+	// InCohortReclamation: a workload of another queue held quota that the
+	// pending workload's queue, or a cohort above it, has the better claim
+	// to: the queue lent it, and the pending workload fits within the
+	// queue's nominal quota, or within the quota of the cohort, without it.
 	InCohortReclamation Reason = "InCohortReclamation"
 	// InCohortReclaimWhileBorrowing: a workload of lower priority in
 	// another queue borrowed quota the pending workload borrows in its
@@ -120,8 +132,9 @@ type variant int
 const (
 	// sameQueue: a candidate of the pending workload's own queue.
 	sameQueue variant = iota
-	// reclaim: of another queue, while the pending workload's queue
-	// stays within its nominal quota; allowed in every pass.
+	// reclaim: of another queue, found where the pending workload's queue
+	// has the better claim to the quota (see reclaimable); allowed in
+	// every pass.
 	reclaim
 	// reclaimWithoutBorrowing: of another queue, allowed only if the
 	// pending workload then fits without borrowing.
@@ -134,6 +147,10 @@ const (
 type candidate struct {
 	w       *Workload
 	variant variant
+	// lca is, for a workload of another queue, the Cohort where the
+	// search found its queue: the lowest ancestor that queue shares with
+	// the pending workload's.
+	lca string
 }
 
 // Targets returns the victims that make pending fit in its ClusterQueue
@@ -146,17 +163,24 @@ func Targets(tree *quota.Tree, pending *Workload, policy Policy, admitted []*Wor
 	if len(needed) == 0 {
 		return nil
 	}
-	candidates := candidatesFor(tree, pending, policy, admitted, needed)
+	targets, _ := search(tree, pending, policy, candidatesFor(tree, pending, policy, admitted, needed), needed)
+	return targets
+}
+
+// search sorts candidates and tries the passes policy calls for; it
+// returns the victims of the first pass that makes pending fit, and
+// whether that pass let pending borrow.
+func search(tree *quota.Tree, pending *Workload, policy Policy, candidates []candidate, needed map[quota.FR]bool) ([]Target, bool) {
 	if len(candidates) == 0 {
-		return nil
+		return nil, false
 	}
-	slices.SortFunc(candidates, func(a, b candidate) int { return compareCandidates(pending.ClusterQueue, a, b) })
+	slices.SortFunc(candidates, compareCandidates)
 	for _, allowBorrowing := range passes(tree, pending, policy, candidates, needed) {
 		if targets := choose(tree, pending, candidates, needed, allowBorrowing); targets != nil {
-			return targets
+			return targets, allowBorrowing
 		}
 	}
-	return nil
+	return nil, false
 }
 
 // frsToFree are the flavor-resources pending asks more of than its queue
@@ -172,41 +196,170 @@ func frsToFree(tree *quota.Tree, pending *Workload) map[quota.FR]bool {
 }
 
 // candidatesFor are the admitted workloads policy lets pending preempt and
-// whose removal could help: they hold some of an FR it needs freed.
+// whose removal could help: they hold some of an FR it needs freed, in its
+// own queue or where reclaimable finds them.
 func candidatesFor(tree *quota.Tree, pending *Workload, policy Policy, admitted []*Workload, needed map[quota.FR]bool) []candidate {
-	cq := pending.ClusterQueue
-	root := tree.Root(cq)
-	withinNominal := fitsNominal(tree, pending)
 	var out []candidate
-	for _, w := range admitted {
-		if !holdsAny(w, needed) {
-			continue
-		}
-		switch {
-		case w.ClusterQueue == cq:
-			if mayPreemptInQueue(policy.WithinClusterQueue, pending, w) {
-				out = append(out, candidate{w: w, variant: sameQueue})
-			}
-		case root != "" && tree.Root(w.ClusterQueue) == root:
-			if !borrowsAny(tree, w.ClusterQueue, needed) || !mayReclaim(policy.ReclaimWithinCohort, pending, w) {
-				continue
-			}
-			out = append(out, candidate{w: w, variant: cohortVariant(policy.BorrowWithinCohort, pending, w, withinNominal)})
+	for _, c := range reachable(tree, pending, admitted, needed) {
+		if c, ok := underPolicy(policy, pending, c); ok {
+			out = append(out, c)
 		}
 	}
 	return out
 }
 
-// cohortVariant classifies a candidate of another queue of the cohort.
-func cohortVariant(b BorrowWithinCohort, pending, w *Workload, withinNominal bool) variant {
-	switch {
-	case withinNominal:
-		return reclaim
-	case !b.LowerPriority || w.Priority >= pending.Priority ||
-		(b.MaxPriorityThreshold != nil && w.Priority > *b.MaxPriorityThreshold):
+// reachable are the workloads holding some of an FR of needed that
+// preemption could ever take for pending, whatever its queue's policy:
+// those of its own queue, and those of the queues reclaimable finds. Each
+// comes with the most lenient variant it could have.
+func reachable(tree *quota.Tree, pending *Workload, admitted []*Workload, needed map[quota.FR]bool) []candidate {
+	found := reclaimable(tree, pending, needed)
+	var out []candidate
+	for _, w := range admitted {
+		if !holdsAny(w, needed) {
+			continue
+		}
+		if w.ClusterQueue == pending.ClusterQueue {
+			out = append(out, candidate{w: w, variant: sameQueue})
+			continue
+		}
+		if at, ok := found[w.ClusterQueue]; ok {
+			v := reclaimWhileBorrowing
+			if at.advantage {
+				v = reclaim
+			}
+			out = append(out, candidate{w: w, variant: v, lca: at.lca})
+		}
+	}
+	return out
+}
+
+// underPolicy is c as policy lets pending preempt it, if it does: the
+// queue's own workloads by withinClusterQueue, the others' by
+// reclaimWithinCohort and, when found without advantage, borrowWithinCohort.
+func underPolicy(policy Policy, pending *Workload, c candidate) (candidate, bool) {
+	if c.variant == sameQueue {
+		return c, mayPreemptInQueue(policy.WithinClusterQueue, pending, c.w)
+	}
+	if !mayReclaim(policy.ReclaimWithinCohort, pending, c.w) {
+		return c, false
+	}
+	if c.variant != reclaim {
+		c.variant = cohortVariant(policy.BorrowWithinCohort, pending, c.w)
+	}
+	return c, true
+}
+
+// place is where reclaimable found a ClusterQueue.
+type place struct {
+	// lca is the ancestor of pending's queue whose subtree was searched.
+	lca string
+	// advantage: pending's queue has the better claim to the quota the
+	// queue found there holds.
+	advantage bool
+}
+
+// reclaimable finds the other ClusterQueues whose workloads pending may
+// reclaim quota from, and where. It walks pending's ancestors from its
+// queue's cohort to the root; at each it searches the ancestor's subtree
+// but for the child it came from (searched already), entering a sub-cohort
+// only if it uses more than its subtree quota of some FR of needed and
+// keeping a ClusterQueue only if it holds more than its nominal quota of
+// one: quota a subtree holds within its own is never reclaimed from
+// outside it.
+//
+// The advantage starts as "pending fits within its queue's nominal
+// quota". Otherwise it is gained above the first ancestor whose subtree
+// would hold what is left of the request: remaining starts as the request
+// less what pending's queue keeps free for itself by its lendingLimit
+// (quota.Tree.LocalFree), and each ancestor passed takes off what it keeps
+// free the same way (CohortLocalFree), as usage fills local quota before
+// it reaches the pool above. An ancestor holds the remaining request when,
+// on every FR of the request, its pool's usage plus remaining is at most
+// its subtree quota. The queues found in that ancestor's own subtree have
+// as good a claim to it as pending's, so the advantage counts only for
+// those found higher up, whose usage in the ancestor's quota is borrowed.
+func reclaimable(tree *quota.Tree, pending *Workload, needed map[quota.FR]bool) map[string]place {
+	found := map[string]place{}
+	advantage := fitsNominal(tree, pending)
+	remaining := lessLocalFree(pending.Usage, func(fr quota.FR) int64 { return tree.LocalFree(pending.ClusterQueue, fr) })
+	searched := ""
+	for ancestor := tree.ClusterQueueCohort(pending.ClusterQueue); ancestor != ""; ancestor = tree.CohortParent(ancestor) {
+		s := subtreeSearch{tree: tree, needed: needed, self: pending.ClusterQueue, skip: searched,
+			at: place{lca: ancestor, advantage: advantage}, found: found}
+		s.visit(ancestor)
+		advantage = advantage || holds(tree, ancestor, remaining)
+		remaining = lessLocalFree(remaining, func(fr quota.FR) int64 { return tree.CohortLocalFree(ancestor, fr) })
+		searched = ancestor
+	}
+	return found
+}
+
+// subtreeSearch is one ancestor's search in reclaimable.
+type subtreeSearch struct {
+	tree   *quota.Tree
+	needed map[quota.FR]bool
+	// self is pending's queue; skip the child Cohort searched already.
+	self, skip string
+	at         place
+	found      map[string]place
+}
+
+func (s *subtreeSearch) visit(cohort string) {
+	cohorts, queues := s.tree.CohortChildren(cohort)
+	for _, c := range cohorts {
+		if c != s.skip && cohortOverAny(s.tree, c, s.needed) {
+			s.visit(c)
+		}
+	}
+	for _, q := range queues {
+		if q != s.self && borrowsAny(s.tree, q, s.needed) {
+			s.found[q] = s.at
+		}
+	}
+}
+
+// lessLocalFree is amounts less free(fr) on each FR, not below 0.
+func lessLocalFree(amounts map[quota.FR]int64, free func(quota.FR) int64) map[quota.FR]int64 {
+	out := make(map[quota.FR]int64, len(amounts))
+	for fr, v := range amounts {
+		out[fr] = max(0, v-free(fr))
+	}
+	return out
+}
+
+// holds reports whether the Cohort cohort's pool has room for amounts on
+// top of its usage, on every FR.
+func holds(tree *quota.Tree, cohort string, amounts map[quota.FR]int64) bool {
+	for fr, v := range amounts {
+		if v > tree.CohortSubtreeQuota(cohort, fr)-tree.CohortUsage(cohort, fr) {
+			return false
+		}
+	}
+	return true
+}
+
+// cohortVariant classifies a candidate of another queue of the cohort
+// found without advantage.
+func cohortVariant(b BorrowWithinCohort, pending, w *Workload) variant {
+	if borrowBlocker(b, pending, w) != "" {
 		return reclaimWithoutBorrowing
+	}
+	return reclaimWhileBorrowing
+}
+
+// borrowBlocker says why borrowWithinCohort b does not let pending preempt
+// w while pending borrows, or "" when it does.
+func borrowBlocker(b BorrowWithinCohort, pending, w *Workload) string {
+	switch {
+	case !b.LowerPriority:
+		return "the workload would borrow in their place and borrowWithinCohort is Never"
+	case w.Priority >= pending.Priority:
+		return "have equal or higher priority, and the workload would borrow in their place (borrowWithinCohort LowerPriority)"
+	case b.MaxPriorityThreshold != nil && w.Priority > *b.MaxPriorityThreshold:
+		return fmt.Sprintf("have priority above borrowWithinCohort's maxPriorityThreshold %d", *b.MaxPriorityThreshold)
 	default:
-		return reclaimWhileBorrowing
+		return ""
 	}
 }
 
@@ -233,22 +386,18 @@ func mayReclaim(p ReclaimWithinCohort, pending, w *Workload) bool {
 }
 
 // compareCandidates orders the candidates to try: those being evicted
-// already (they are going anyway), then those of other queues (they hold
-// what is not theirs), then the lowest priority, then the most recently
-// reserved (it lost the least work), then by key.
-func compareCandidates(cq string, a, b candidate) int {
+// already (they are going anyway), then by group (groupOf), then the
+// lowest priority, then the most recently reserved (it lost the least
+// work), then by key.
+func compareCandidates(a, b candidate) int {
 	if a.w.Evicting != b.w.Evicting {
 		if a.w.Evicting {
 			return -1
 		}
 		return 1
 	}
-	aOther, bOther := a.w.ClusterQueue != cq, b.w.ClusterQueue != cq
-	if aOther != bOther {
-		if aOther {
-			return -1
-		}
-		return 1
+	if c := cmp.Compare(groupOf(a.variant), groupOf(b.variant)); c != 0 {
+		return c
 	}
 	if c := cmp.Compare(a.w.Priority, b.w.Priority); c != 0 {
 		return c
@@ -257,6 +406,21 @@ func compareCandidates(cq string, a, b candidate) int {
 		return c
 	}
 	return cmp.Compare(a.w.Key, b.w.Key)
+}
+
+// groupOf ranks a candidate's variant: workloads of other queues holding
+// quota pending's queue has the better claim to first, then the other
+// queues' other workloads (they hold what is not theirs), then those of
+// pending's own queue.
+func groupOf(v variant) int {
+	switch v {
+	case reclaim:
+		return 0
+	case sameQueue:
+		return 2
+	default:
+		return 1
+	}
 }
 
 // passes are the borrowing modes to try, in order: whether the pending
@@ -319,11 +483,10 @@ func choose(tree *quota.Tree, pending *Workload, candidates []candidate, needed 
 	return slices.Clone(targets)
 }
 
-// valid reports whether candidate c may still be taken: a candidate of
-// another queue only while its queue borrows some FR of needed (earlier
-// victims may have brought it back within its nominal quota), and one that
-// may not be taken while the pending workload borrows only in a pass that
-// does not borrow.
+// valid reports whether candidate c may still be taken: one that may not
+// be taken while the pending workload borrows only in a pass that does
+// not borrow, and one of another queue only while it still holds quota
+// that is not its own (stillOver).
 func valid(tree *quota.Tree, c candidate, needed map[quota.FR]bool, allowBorrowing bool) bool {
 	switch c.variant {
 	case sameQueue:
@@ -333,7 +496,23 @@ func valid(tree *quota.Tree, c candidate, needed map[quota.FR]bool, allowBorrowi
 			return false
 		}
 	}
-	return borrowsAny(tree, c.w.ClusterQueue, needed)
+	return stillOver(tree, c, needed)
+}
+
+// stillOver reports whether the queue of c, a candidate of another queue,
+// and every Cohort between it and c.lca still hold more than their quota
+// of some FR of needed. Earlier victims may have brought one of them back
+// within it: what it holds then is its own, and its subtree's to share.
+func stillOver(tree *quota.Tree, c candidate, needed map[quota.FR]bool) bool {
+	if !borrowsAny(tree, c.w.ClusterQueue, needed) {
+		return false
+	}
+	for cohort := tree.ClusterQueueCohort(c.w.ClusterQueue); cohort != "" && cohort != c.lca; cohort = tree.CohortParent(cohort) {
+		if !cohortOverAny(tree, cohort, needed) {
+			return false
+		}
+	}
+	return true
 }
 
 func reasonOf(v variant) Reason {
@@ -383,6 +562,18 @@ func belowNominal(tree *quota.Tree, cq string, frs map[quota.FR]bool) bool {
 func borrowsAny(tree *quota.Tree, cq string, frs map[quota.FR]bool) bool {
 	for fr := range frs {
 		if tree.Borrowed(cq, fr) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// cohortOverAny reports whether the Cohort cohort's subtree uses more
+// than its subtree quota of some FR in frs: it holds quota of its parent's
+// pool beyond what it puts in.
+func cohortOverAny(tree *quota.Tree, cohort string, frs map[quota.FR]bool) bool {
+	for fr := range frs {
+		if tree.CohortUsage(cohort, fr) > tree.CohortSubtreeQuota(cohort, fr) {
 			return true
 		}
 	}

@@ -354,6 +354,65 @@ func (t *Tree) CohortRoot(cohort string) string {
 	return n.name
 }
 
+// ClusterQueueCohort is the name of the ClusterQueue cq's cohort, its
+// parent; "" when it has none or cq is not known.
+func (t *Tree) ClusterQueueCohort(cq string) string {
+	if n := t.clusterQueues[cq]; n != nil {
+		return n.parentName
+	}
+	return ""
+}
+
+// CohortParent is the name of the Cohort cohort's usable parent: "" for a
+// root, a member of a loop of Cohorts (its parent is unusable), or a
+// Cohort not known. Following it up from any Cohort ends.
+func (t *Tree) CohortParent(cohort string) string {
+	if n := t.cohorts[cohort]; n != nil && n.parent != nil {
+		return n.parent.name
+	}
+	return ""
+}
+
+// CohortChildren returns the names of the Cohort cohort's direct children,
+// the Cohorts and the ClusterQueues apart, each sorted. A loop member
+// whose parent is unusable is no child of it.
+func (t *Tree) CohortChildren(cohort string) (cohorts, clusterQueues []string) {
+	n := t.cohorts[cohort]
+	if n == nil {
+		return nil, nil
+	}
+	for _, ch := range n.children {
+		if ch.isCohort {
+			cohorts = append(cohorts, ch.name)
+		} else {
+			clusterQueues = append(clusterQueues, ch.name)
+		}
+	}
+	slices.Sort(cohorts)
+	slices.Sort(clusterQueues)
+	return cohorts, clusterQueues
+}
+
+// LocalFree is how much of the quota of fr that the ClusterQueue cq's
+// lendingLimit keeps out of its cohort's pool is still free: what only cq
+// can take. 0 without a lendingLimit.
+func (t *Tree) LocalFree(cq string, fr FR) int64 {
+	if n := t.clusterQueues[cq]; n != nil {
+		return n.localFree(fr)
+	}
+	return 0
+}
+
+// CohortLocalFree is LocalFree for the Cohort cohort: the part of its pool
+// of fr that its lendingLimit keeps from its parent and that its subtree
+// does not use.
+func (t *Tree) CohortLocalFree(cohort string, fr FR) int64 {
+	if n := t.cohorts[cohort]; n != nil {
+		return n.localFree(fr)
+	}
+	return 0
+}
+
 // ClusterQueuesUnder returns the names of the ClusterQueues in the subtree
 // of the Cohort cohort, sorted. Below a loop, ask for a loop member: the
 // loop's subtrees are returned together.
@@ -710,6 +769,11 @@ func (n *node) localQuota(fr FR) int64 {
 		return 0
 	}
 	return max(0, n.subtreeQuota[fr]-*ll)
+}
+
+// localFree is the part of n's local quota of fr that its usage leaves.
+func (n *node) localFree(fr FR) int64 {
+	return max(0, n.localQuota(fr)-n.usage[fr])
 }
 
 // lendable is the part of n's subtree quota in the parent's pool.

@@ -424,17 +424,127 @@ func TestTree(t *testing.T) {
 		},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			tree := NewTree()
-			for i, s := range tc.stages {
-				s.do(tree)
-				for _, p := range s.want {
-					if got := p.got(tree); !reflect.DeepEqual(got, p.want) {
-						t.Errorf("stage %d: %s = %v, want %v", i, p.what, got, p.want)
-					}
-				}
+		t.Run(tc.name, func(t *testing.T) { runStages(t, tc.stages) })
+	}
+}
+
+// runStages applies each stage to a new Tree and checks its probes.
+func runStages(t *testing.T, stages []stage) {
+	t.Helper()
+	tree := NewTree()
+	for i, s := range stages {
+		s.do(tree)
+		for _, p := range s.want {
+			if got := p.got(tree); !reflect.DeepEqual(got, p.want) {
+				t.Errorf("stage %d: %s = %v, want %v", i, p.what, got, p.want)
 			}
-		})
+		}
+	}
+}
+
+func wantCohortOf(cq, want string) probe {
+	return probe{"ClusterQueueCohort(" + cq + ")", func(t *Tree) any { return t.ClusterQueueCohort(cq) }, want}
+}
+
+func wantParent(cohort, want string) probe {
+	return probe{"CohortParent(" + cohort + ")", func(t *Tree) any { return t.CohortParent(cohort) }, want}
+}
+
+// wantChildren expects the Cohort's child Cohorts and ClusterQueues.
+func wantChildren(cohort string, cohorts, clusterQueues []string) probe {
+	return probe{"CohortChildren(" + cohort + ")", func(t *Tree) any {
+		c, q := t.CohortChildren(cohort)
+		return [2][]string{c, q}
+	}, [2][]string{cohorts, clusterQueues}}
+}
+
+func wantLocalFree(cq string, want int64) probe {
+	return probe{"LocalFree(" + cq + ")", func(t *Tree) any { return t.LocalFree(cq, cpuFR) }, want}
+}
+
+func wantCohortLocalFree(cohort string, want int64) probe {
+	return probe{"CohortLocalFree(" + cohort + ")", func(t *Tree) any { return t.CohortLocalFree(cohort, cpuFR) }, want}
+}
+
+// TestTreeShape covers the accessors that let a caller walk the tree:
+// parents, children and the quota lending limits keep local.
+func TestTreeShape(t *testing.T) {
+	tests := []struct {
+		name   string
+		stages []stage
+	}{
+		{
+			name: "parents and children of nested cohorts",
+			stages: []stage{{
+				do: func(t *Tree) {
+					t.SetCohort("R", "", nil)
+					t.SetCohort("P", "R", nil)
+					t.SetCohort("Q", "R", nil)
+					t.SetClusterQueue("B", "P", cpuOnly(1))
+					t.SetClusterQueue("A", "P", cpuOnly(1))
+					t.SetClusterQueue("C", "R", cpuOnly(1))
+					t.SetClusterQueue("S", "", cpuOnly(1))
+				},
+				want: []probe{
+					wantCohortOf("A", "P"), wantCohortOf("C", "R"), wantCohortOf("S", ""), wantCohortOf("nope", ""),
+					wantParent("P", "R"), wantParent("R", ""), wantParent("nope", ""),
+					wantChildren("R", []string{"P", "Q"}, []string{"C"}),
+					wantChildren("P", nil, []string{"A", "B"}),
+					wantChildren("Q", nil, nil),
+					wantChildren("nope", nil, nil),
+				},
+			}, {
+				// An implicit parent is a parent all the same.
+				do:   func(t *Tree) { t.SetCohort("R", "G", nil) },
+				want: []probe{wantParent("R", "G"), wantChildren("G", []string{"R"}, nil)},
+			}},
+		},
+		{
+			name: "a loop member has no usable parent and is no child",
+			stages: []stage{{
+				do: func(t *Tree) {
+					t.SetCohort("X", "Y", nil)
+					t.SetCohort("Y", "X", nil)
+					t.SetCohort("Z", "X", nil)
+					t.SetClusterQueue("A", "Z", cpuOnly(1))
+				},
+				want: []probe{
+					wantParent("X", ""), wantParent("Y", ""), wantParent("Z", "X"),
+					wantChildren("X", []string{"Z"}, nil), wantChildren("Y", nil, nil),
+					wantCohortOf("A", "Z"),
+				},
+			}},
+		},
+		{
+			// A keeps 10 − 4 = 6 local; P keeps its pool of 6 + 4 = 10
+			// minus its lendingLimit 7: 3.
+			name: "local free quota is what lending limits keep and usage leaves",
+			stages: []stage{{
+				do: func(t *Tree) {
+					t.SetCohort("R", "", nil)
+					t.SetCohort("P", "R", cpuQuota(6, nil, limit(7)))
+					t.SetClusterQueue("A", "P", cpuQuota(10, nil, limit(4)))
+					t.SetClusterQueue("B", "R", cpuOnly(10))
+				},
+				want: []probe{
+					wantLocalFree("A", 6), wantLocalFree("B", 0), wantLocalFree("nope", 0),
+					wantCohortLocalFree("P", 3), wantCohortLocalFree("R", 0), wantCohortLocalFree("nope", 0),
+				},
+			}, {
+				// A holds 8: 6 locally, 2 in P's pool.
+				do:   func(t *Tree) { t.AddUsage("A", cpuAmount(8)) },
+				want: []probe{wantLocalFree("A", 0), wantCohortUsage("P", 2), wantCohortLocalFree("P", 1)},
+			}, {
+				do:   func(t *Tree) { t.AddUsage("A", cpuAmount(5)) },
+				want: []probe{wantCohortUsage("P", 7), wantCohortLocalFree("P", 0)},
+			}, {
+				do:   func(t *Tree) { t.RemoveUsage("A", cpuAmount(10)) },
+				want: []probe{wantLocalFree("A", 3), wantCohortLocalFree("P", 3)},
+			}},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { runStages(t, tc.stages) })
 	}
 }
 
