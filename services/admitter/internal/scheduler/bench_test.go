@@ -2,7 +2,11 @@ package scheduler
 
 import (
 	"fmt"
+	"runtime"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 )
@@ -182,4 +186,121 @@ func benchmarkFreedCycle(b *testing.B, pending int, cohorts bool) {
 	}
 	b.ReportMetric(float64(tried)/float64(b.N), "heads/op")
 	b.ReportMetric(float64(len(first.Reservations)), "reserved/op")
+}
+
+// BenchmarkPreemptionCycle measures preemption in one full ClusterQueue
+// (withinClusterQueue LowerPriority) holding admitted low-priority
+// workloads of 1 cpu. Each iteration a batch of high-priority workloads
+// arrives and one cycle has each preempt one low-priority workload; then
+// the victims stop one by one, each followed by the cycle in which a
+// waiting preemptor takes the quota freed (and the others, tried again,
+// keep waiting for their victims). Those cycles are what is timed, as the
+// admitter runs them in `make bench`'s preemption run. Outside the timer
+// the high-priority workloads then finish and as many low-priority ones
+// take their places, so every iteration starts from the same state.
+// ns/preempted and allocs/preempted are per victim, over the timed cycles.
+//
+//	go test -run '^$' -bench PreemptionCycle -benchmem ./services/admitter/internal/scheduler/
+func BenchmarkPreemptionCycle(b *testing.B) {
+	const batch = 50
+	for _, admitted := range []int{100, 1000, 5000} {
+		b.Run(fmt.Sprintf("admitted=%d", admitted), func(b *testing.B) { benchmarkPreemption(b, admitted, batch) })
+	}
+}
+
+func benchmarkPreemption(b *testing.B, admitted, batch int) {
+	f := newFixture(b)
+	f.clusterQueue("cq", fmt.Sprint(admitted), withPreemption(v1alpha1.ClusterQueuePreemption{WithinClusterQueue: v1alpha1.PreemptionLowerPriority}))
+	// live is the latest version of every workload that holds quota.
+	live := map[string]*v1alpha1.Workload{}
+	seq := 0
+	add := func(prefix string, priority int32) {
+		seq++
+		f.s.Observe(f.workload(fmt.Sprintf("%s-%07d", prefix, seq), "lq-cq", "1", seq, priority))
+	}
+	admit := func(plan Plan) {
+		for _, r := range plan.Reservations {
+			wl := f.written(r, true)
+			f.s.Observe(wl)
+			live[wl.Name] = wl
+		}
+	}
+	settle := func() {
+		for plan := f.cycle(); ; plan = f.cycle() {
+			admit(plan)
+			if !plan.More {
+				return
+			}
+		}
+	}
+	for range admitted {
+		add("low", 0)
+	}
+	settle()
+	if len(live) != admitted {
+		b.Fatalf("admitted %d low-priority workloads, want %d", len(live), admitted)
+	}
+
+	var m allocMeter
+	tried := 0
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.StopTimer()
+	for range b.N {
+		for range batch {
+			add("high", 10)
+		}
+		plan := m.timed(b, f.cycle)
+		tried += plan.Tried
+		if len(plan.Evictions) != batch || len(plan.Reservations) != 0 {
+			b.Fatalf("the preempting cycle evicted %d and reserved %d, want %d evicted", len(plan.Evictions), len(plan.Reservations), batch)
+		}
+		var victims []string
+		for _, ev := range plan.Evictions {
+			name := ev.Workload.Name
+			victims = append(victims, name)
+			live[name] = f.next(live[name], func(wl *v1alpha1.Workload) {
+				meta.SetStatusCondition(&wl.Status.Conditions, metav1.Condition{Type: v1alpha1.WorkloadEvicted, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonPreempted})
+			})
+			f.s.Observe(live[name])
+		}
+		var highs []string
+		for _, name := range victims {
+			f.s.Observe(f.released(live[name]))
+			delete(live, name)
+			plan := m.timed(b, f.cycle)
+			tried += plan.Tried
+			if len(plan.Reservations) != 1 || len(plan.Evictions) != 0 {
+				b.Fatalf("once %s stopped, the cycle reserved %v and evicted %d, want one reserved", name, names(plan.Reservations), len(plan.Evictions))
+			}
+			admit(plan)
+			highs = append(highs, plan.Reservations[0].Workload.Name)
+		}
+		for _, name := range highs {
+			f.s.Observe(f.next(live[name], finished))
+			delete(live, name)
+			add("low", 0)
+		}
+		settle()
+	}
+	preempted := float64(b.N * batch)
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/preempted, "ns/preempted")
+	b.ReportMetric(float64(m.mallocs)/preempted, "allocs/preempted")
+	b.ReportMetric(float64(tried)/preempted, "heads/preempted")
+}
+
+// allocMeter counts the allocations of the timed parts of a benchmark.
+type allocMeter struct{ mallocs uint64 }
+
+// timed runs cycle with b's timer running, and counts its allocations.
+func (m *allocMeter) timed(b *testing.B, cycle func() Plan) Plan {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	before := ms.Mallocs
+	b.StartTimer()
+	plan := cycle()
+	b.StopTimer()
+	runtime.ReadMemStats(&ms)
+	m.mallocs += ms.Mallocs - before
+	return plan
 }

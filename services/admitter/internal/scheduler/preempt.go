@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -39,22 +40,32 @@ func orNever(p v1alpha1.PreemptionPolicy) v1alpha1.PreemptionPolicy {
 }
 
 // preemptor is a head that may preempt: what the preemption package needs
-// of it, and the admitted workloads it may choose from, gathered on first
-// use.
+// of it, the admitted workloads it may choose from, gathered on first use,
+// and the victims decided for each usage asked about.
 type preemptor struct {
 	s       *Scheduler
-	key     types.NamespacedName
+	self    *entry
 	cq      *clusterQueue
 	policy  preemption.Policy
 	pending preemption.Workload
-	// candidates and entries are the workloads holding quota in cq's tree
-	// (cq alone outside a cohort); nil until asked for.
+	// pool holds the candidate victims of cq's tree this cycle, and
+	// candidates those this preemptor may take; both nil until asked for.
+	pool       *victimPool
 	candidates []*preemption.Workload
-	entries    map[string]*entry
+	// decided memoises preemption.Targets by usage: quota.AssignWith asks
+	// whether preemption helps the usage it settles on, and tryPreemption
+	// then asks for the victims of that same usage.
+	decided []decision
+}
+
+// decision is what preemption.Targets answered for usage.
+type decision struct {
+	usage   map[quota.FR]int64
+	targets []preemption.Target
 }
 
 func (s *Scheduler) preemptorFor(cq *clusterQueue, e *entry, policy preemption.Policy) *preemptor {
-	return &preemptor{s: s, key: e.key, cq: cq, policy: policy, pending: preemption.Workload{
+	return &preemptor{s: s, self: e, cq: cq, policy: policy, pending: preemption.Workload{
 		Key: e.key.String(), ClusterQueue: cq.name, Priority: workload.Priority(e.wl), QueuedAt: queue.QueuedSince(e.wl),
 	}}
 }
@@ -62,51 +73,201 @@ func (s *Scheduler) preemptorFor(cq *clusterQueue, e *entry, policy preemption.P
 // preemptible tells quota.AssignWith whether preemption could make room
 // for request.
 func (p *preemptor) preemptible(request map[quota.FR]int64) bool {
-	pending := p.pending
-	pending.Usage = request
-	return len(preemption.Targets(p.s.tree, &pending, p.policy, p.admitted())) > 0
+	return len(p.decide(request)) > 0
 }
 
 // targets are the victims that make room for the pending workload taking
 // usage, or nil.
 func (p *preemptor) targets(usage map[quota.FR]int64) []preemption.Target {
-	pending := p.pending
-	pending.Usage = usage
-	return preemption.Targets(p.s.tree, &pending, p.policy, p.admitted())
+	return p.decide(usage)
 }
 
-// admitted gathers, once, every workload holding quota where the pending
-// workload may preempt. A reservation this cycle assumed, not written yet,
-// cannot be a victim, nor can the victim another pending workload claimed;
-// a workload being evicted or deleted, or handed out to be evicted, is
-// marked Evicting: it goes anyway.
+// decide runs preemption.Targets for usage once per head: nothing it
+// depends on (the tree, the candidates, their claims) changes until the
+// head has its answer, so asking again would get the same one.
+func (p *preemptor) decide(usage map[quota.FR]int64) []preemption.Target {
+	for _, d := range p.decided {
+		if maps.Equal(d.usage, usage) {
+			return d.targets
+		}
+	}
+	pending := p.pending
+	pending.Usage = usage
+	targets := preemption.Targets(p.s.tree, &pending, p.policy, p.admitted())
+	p.decided = append(p.decided, decision{usage: maps.Clone(usage), targets: targets})
+	return targets
+}
+
+// admitted is every workload holding quota where the pending workload may
+// preempt, less those another waiting preemptor claimed (see victimPool).
 func (p *preemptor) admitted() []*preemption.Workload {
-	if p.entries != nil {
-		return p.candidates
+	if p.pool == nil {
+		p.pool = p.s.victimPoolOf(p.cq.name)
+		p.s.releaseLapsedClaims(p.pool)
+		p.candidates = p.pool.candidatesFor(p.self)
 	}
-	p.entries = map[string]*entry{}
-	names := []string{p.cq.name}
-	if root := p.s.tree.Root(p.cq.name); root != "" {
-		names = p.s.tree.ClusterQueuesUnder(root)
+	return p.candidates
+}
+
+// victimPool is, for one cycle, the workloads that a preemptor may take as
+// victims in one tree of cohorts (or one ClusterQueue outside a cohort):
+// gathered once, on first use, rather than for every head that may preempt,
+// and kept up to date with what changes during the cycle:
+//
+//   - A reservation the cycle assumed, not written yet, cannot be a victim.
+//     The reservations not assumed do not change during a cycle (nothing
+//     is observed meanwhile), so gathering them once finds them all.
+//   - A victim another waiting preemptor claimed is a candidate for that
+//     preemptor alone (see claimant): claims made this cycle move victims
+//     from free to claimed, and the claims of a preemptor that stopped
+//     waiting (a reservation the cycle assumed for it) lapse, which puts
+//     its victims back.
+//   - A workload being evicted or deleted, or handed out to be evicted, is
+//     marked Evicting: it goes anyway. Victims handed out this cycle are
+//     marked as they are.
+type victimPool struct {
+	// free are the candidates no waiting preemptor claimed, in no
+	// particular order (preemption.Targets sorts them).
+	free []*preemption.Workload
+	// claimed are the victims of each waiting preemptor.
+	claimed map[*entry][]*preemption.Workload
+	slots   map[*preemption.Workload]slot
+}
+
+// slot is a candidate's entry and where it is in free (-1: claimed).
+type slot struct {
+	e  *entry
+	at int
+}
+
+// poolKey names a tree of cohorts by its root, or a ClusterQueue outside
+// a cohort.
+type poolKey struct{ root, clusterQueue string }
+
+// victimPoolOf is the pool of cq's tree this cycle, gathered on first use.
+func (s *Scheduler) victimPoolOf(cq string) *victimPool {
+	key, names := poolKey{clusterQueue: cq}, []string{cq}
+	if root := s.tree.Root(cq); root != "" {
+		key, names = poolKey{root: root}, nil
 	}
+	if pool := s.victimPools[key]; pool != nil {
+		return pool
+	}
+	if names == nil {
+		names = s.tree.ClusterQueuesUnder(key.root)
+	}
+	if s.victimPools == nil {
+		s.victimPools = map[poolKey]*victimPool{}
+	}
+	pool := s.gatherVictims(names)
+	s.victimPools[key] = pool
+	return pool
+}
+
+// gatherVictims pools every workload holding quota in the ClusterQueues
+// names, each with the preemptor that claimed it, if any.
+func (s *Scheduler) gatherVictims(names []string) *victimPool {
+	n := 0
 	for _, name := range names {
-		for _, e := range p.s.byAdmission[name] {
+		n += len(s.byAdmission[name])
+	}
+	pool := &victimPool{
+		free:    make([]*preemption.Workload, 0, n),
+		claimed: map[*entry][]*preemption.Workload{},
+		slots:   make(map[*preemption.Workload]slot, n),
+	}
+	// One allocation for all the candidates: there may be thousands.
+	workloads := make([]preemption.Workload, 0, n)
+	for _, name := range names {
+		for _, e := range s.byAdmission[name] {
 			if e.assumed || e.amounts == nil {
 				continue
 			}
-			if by, ok := p.s.claimant(e); ok && by != p.key {
+			workloads = append(workloads, victimOf(e))
+			w := &workloads[len(workloads)-1]
+			if by, ok := s.claimant(e); ok {
+				pool.slots[w] = slot{e: e, at: -1}
+				pool.claimed[s.workloads[by]] = append(pool.claimed[s.workloads[by]], w)
 				continue
 			}
-			key := e.key.String()
-			p.entries[key] = e
-			p.candidates = append(p.candidates, &preemption.Workload{
-				Key: key, ClusterQueue: e.admittedIn, Priority: workload.Priority(e.wl),
-				QueuedAt: queue.QueuedSince(e.wl), ReservedAt: reservedAt(e.wl), Usage: e.amounts,
-				Evicting: workload.IsEvicting(e.wl) || workload.IsDeleting(e.wl) || e.evicted == e.wl.ResourceVersion,
-			})
+			pool.add(w, e)
 		}
 	}
-	return p.candidates
+	return pool
+}
+
+// victimOf is e as a candidate victim.
+func victimOf(e *entry) preemption.Workload {
+	return preemption.Workload{
+		Key: e.key.String(), ClusterQueue: e.admittedIn, Priority: workload.Priority(e.wl),
+		QueuedAt: queue.QueuedSince(e.wl), ReservedAt: reservedAt(e.wl), Usage: e.amounts,
+		Evicting: evicting(e),
+	}
+}
+
+// evicting reports whether e is on its way out already: being evicted or
+// deleted, or handed out to be evicted.
+func evicting(e *entry) bool {
+	return workload.IsEvicting(e.wl) || workload.IsDeleting(e.wl) || e.evicted == e.wl.ResourceVersion
+}
+
+// candidatesFor are the victims preemptor may take: the free ones, and
+// those it claimed itself.
+func (pool *victimPool) candidatesFor(preemptor *entry) []*preemption.Workload {
+	own := pool.claimed[preemptor]
+	if len(own) == 0 {
+		return pool.free
+	}
+	return slices.Concat(pool.free, own)
+}
+
+// entryOf is the entry of candidate w.
+func (pool *victimPool) entryOf(w *preemption.Workload) *entry { return pool.slots[w].e }
+
+// claim records that preemptor claimed candidate w: w leaves free, by
+// swapping in the last one, so that claiming costs the same however many
+// candidates there are.
+func (pool *victimPool) claim(preemptor *entry, w *preemption.Workload) {
+	sl := pool.slots[w]
+	if sl.at < 0 {
+		return // its own already
+	}
+	last := pool.free[len(pool.free)-1]
+	pool.free[sl.at] = last
+	pool.slots[last] = slot{e: pool.slots[last].e, at: sl.at}
+	pool.free = pool.free[:len(pool.free)-1]
+	pool.slots[w] = slot{e: sl.e, at: -1}
+	pool.claimed[preemptor] = append(pool.claimed[preemptor], w)
+}
+
+func (pool *victimPool) add(w *preemption.Workload, e *entry) {
+	pool.slots[w] = slot{e: e, at: len(pool.free)}
+	pool.free = append(pool.free, w)
+}
+
+// releaseLapsedClaims puts back in pool the victims of the preemptors
+// that stopped waiting since it was gathered (within a cycle, only by a
+// reservation assumed for them), and drops their claims as claimant
+// would. It looks at the claimants, not at every candidate.
+func (s *Scheduler) releaseLapsedClaims(pool *victimPool) {
+	for by, victims := range pool.claimed {
+		if waits(by) {
+			continue
+		}
+		delete(pool.claimed, by)
+		for _, w := range victims {
+			e := pool.entryOf(w)
+			if s.claims[e.key] == by.key {
+				delete(s.claims, e.key)
+			}
+			pool.add(w, e)
+		}
+	}
+}
+
+// waits reports whether p, a preemptor, still waits for its victims.
+func waits(p *entry) bool {
+	return p != nil && p.where != reserved && p.where != unplaced
 }
 
 func reservedAt(wl *v1alpha1.Workload) time.Time {
@@ -125,7 +286,7 @@ func (s *Scheduler) claimant(e *entry) (types.NamespacedName, bool) {
 	if !ok {
 		return by, false
 	}
-	if p := s.workloads[by]; e.where == reserved && p != nil && p.where != reserved && p.where != unplaced {
+	if e.where == reserved && waits(s.workloads[by]) {
 		return by, true
 	}
 	delete(s.claims, e.key)
@@ -140,12 +301,11 @@ func (s *Scheduler) claimant(e *entry) (types.NamespacedName, bool) {
 func (s *Scheduler) dropStaleClaims() {
 	for victim, by := range s.claims {
 		v, p := s.workloads[victim], s.workloads[by]
-		waiting := p != nil && p.where != reserved && p.where != unplaced
-		if v != nil && v.where == reserved && waiting {
+		if v != nil && v.where == reserved && waits(p) {
 			continue
 		}
 		delete(s.claims, victim)
-		if waiting {
+		if waits(p) {
 			s.retry(p)
 		}
 	}
@@ -172,13 +332,15 @@ func (s *Scheduler) tryPreemption(plan *Plan, cq *clusterQueue, e *entry, policy
 	}
 	var victims []string
 	for _, t := range targets {
-		v := p.entries[t.Workload.Key]
+		v := p.pool.entryOf(t.Workload)
 		s.claims[v.key] = e.key
+		p.pool.claim(e, t.Workload)
 		victims = append(victims, t.Workload.Key)
 		if !evictable(v) {
 			continue // on its way out already
 		}
 		v.evicted = v.wl.ResourceVersion
+		t.Workload.Evicting = true // as evicting(v) now says, should its claim lapse this cycle
 		plan.Evictions = append(plan.Evictions, Eviction{
 			Workload: v.wl, Reason: v1alpha1.ReasonPreempted,
 			Message: PreemptedMessage(v.wl, e.wl, cq.name, t.Reason, cq.spec.Spec.Preemption),

@@ -74,6 +74,9 @@ type Scheduler struct {
 	// claims are the victims of preemption, each with the pending
 	// workload it was preempted for (see claimant).
 	claims map[types.NamespacedName]types.NamespacedName
+	// victimPools are the candidate victims of preemption, by tree,
+	// gathered once a cycle (see victimPool); each cycle starts afresh.
+	victimPools map[poolKey]*victimPool
 	// held are the pending workloads whose requeue time is still ahead.
 	held entryHeap
 	// messages are the waiting workloads whose message changed since the
