@@ -316,7 +316,8 @@ func TestPreemptBorrowWithinCohort(t *testing.T) {
 			preemptor := withPriority(queuedPod(ns, "p-urgent", p, "1"), urgent)
 			createAs(ctx, t, alice, preemptor)
 			if !tt.preempted {
-				waiting := waitWorkloadOf(ctx, t, preemptor, "waiting for quota", waitsWith("insufficient quota"))
+				waiting := waitWorkloadOf(ctx, t, preemptor, "waiting for quota, saying the threshold protects V's pod", waitsWith("insufficient quota",
+					fmt.Sprintf("preemption cannot help: 1 workload(s) of ClusterQueue %s hold the quota but have priority above borrowWithinCohort's maxPriorityThreshold %d", v, tt.threshold)))
 				t.Logf("the urgent pod waits: %s", quotaReservedMessage(waiting))
 				if cur := getPod(ctx, t, preemptor); !hasGate(cur) {
 					t.Fatalf("pod %s ungated with no quota to borrow", preemptor.Name)

@@ -98,7 +98,7 @@ func (s *Scheduler) Cycle(now time.Time) Plan {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var plan Plan
-	s.victimPools = nil // gathered afresh by each cycle: see victimPool
+	s.victimPools, s.blockedNotes = nil, nil // gathered afresh by each cycle
 	s.releaseHeld(now)
 	if h := s.held.peek(); h != nil {
 		plan.Wake = h.fp.requeueAt

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -107,6 +108,67 @@ func (p *preemptor) admitted() []*preemption.Workload {
 		p.candidates = p.pool.candidatesFor(p.self)
 	}
 	return p.candidates
+}
+
+// unhelped is the waiting message of a head that does not fit, err, when
+// preemption could not help it because a policy protects the victims it
+// would need (preemption.Blocked, asked about the first usage AssignWith
+// weighed); "" leaves err's own message.
+func (p *preemptor) unhelped(err error) string {
+	var unfit *quota.UnfitError
+	if !errors.As(err, &unfit) || unfit.Permanent || len(p.decided) == 0 {
+		return ""
+	}
+	why := p.blocked(p.decided[0].usage)
+	if why == "" {
+		return ""
+	}
+	return err.Error() + "; preemption cannot help: " + why
+}
+
+// blocked is preemption.Blocked for the pending workload taking usage.
+// The heads of a long queue often share their priority and request, so
+// the answer is kept for the cycle for those that claimed no victims:
+// theirs is the same.
+func (p *preemptor) blocked(usage map[quota.FR]int64) string {
+	p.admitted()
+	if len(p.pool.claimed[p.self]) > 0 {
+		return p.blockedNow(usage)
+	}
+	key := p.blockedKey(usage)
+	if why, ok := p.s.blockedNotes[key]; ok {
+		return why
+	}
+	why := p.blockedNow(usage)
+	if p.s.blockedNotes == nil {
+		p.s.blockedNotes = map[string]string{}
+	}
+	p.s.blockedNotes[key] = why
+	return why
+}
+
+func (p *preemptor) blockedNow(usage map[quota.FR]int64) string {
+	pending := p.pending
+	pending.Usage = usage
+	return preemption.Blocked(p.s.tree, &pending, p.policy, p.admitted())
+}
+
+// blockedKey names what preemption.Blocked's answer depends on, of the
+// pending workload: its queue, priority and usage, and when it queued if
+// the policy weighs that.
+func (p *preemptor) blockedKey(usage map[quota.FR]int64) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s|%d", p.cq.name, p.pending.Priority)
+	if p.policy.WithinClusterQueue == preemption.WithinLowerOrNewerEqualPriority {
+		fmt.Fprintf(&b, "|%d", p.pending.QueuedAt.UnixNano())
+	}
+	parts := make([]string, 0, len(usage))
+	for fr, v := range usage {
+		parts = append(parts, fmt.Sprintf("%s/%s=%d", fr.Flavor, fr.Resource, v))
+	}
+	slices.Sort(parts)
+	b.WriteString("|" + strings.Join(parts, ","))
+	return b.String()
 }
 
 // victimPool is, for one cycle, the workloads that a preemptor may take as
@@ -320,8 +382,11 @@ func (s *Scheduler) dropStaleClaims() {
 func (s *Scheduler) tryPreemption(plan *Plan, cq *clusterQueue, e *entry, policy preemption.Policy) (asg quota.Assignment, wait string, err error) {
 	p := s.preemptorFor(cq, e, policy)
 	asg, err = quota.AssignWith(cq.spec, e.wl.Spec.PodSets, s.flavors, s.tree, p.preemptible)
-	if err != nil || !asg.Preempting {
-		return asg, "", err
+	if err != nil {
+		return asg, p.unhelped(err), err
+	}
+	if !asg.Preempting {
+		return asg, "", nil
 	}
 	targets := p.targets(quota.Amounts(asg.Usage))
 	if len(targets) == 0 {

@@ -115,17 +115,28 @@ func TestPreemptionOfAGroupSaysItWaitsForItsPods(t *testing.T) {
 }
 
 // TestNoPreemptionWithoutAPolicy: a queue without a preemption policy, or
-// with one that spares equal priorities, evicts nothing.
+// with one that spares equal priorities, evicts nothing; where a policy is
+// what spares the workload in the way, the waiting message says so.
 func TestNoPreemptionWithoutAPolicy(t *testing.T) {
-	for name, mutate := range map[string]func(*v1alpha1.ClusterQueue){
-		"no policy":   func(*v1alpha1.ClusterQueue) {},
-		"all Never":   withPreemption(v1alpha1.ClusterQueuePreemption{}),
-		"lower only":  withPreemption(v1alpha1.ClusterQueuePreemption{WithinClusterQueue: v1alpha1.PreemptionLowerPriority}),
-		"reclaim Any": withPreemption(v1alpha1.ClusterQueuePreemption{ReclaimWithinCohort: v1alpha1.PreemptionAny}),
+	for name, tc := range map[string]struct {
+		mutate func(*v1alpha1.ClusterQueue)
+		// because is what the message says after the shortfall, if anything.
+		because string
+	}{
+		"no policy": {mutate: func(*v1alpha1.ClusterQueue) {}},
+		"all Never": {mutate: withPreemption(v1alpha1.ClusterQueuePreemption{})},
+		"lower only": {
+			mutate:  withPreemption(v1alpha1.ClusterQueuePreemption{WithinClusterQueue: v1alpha1.PreemptionLowerPriority}),
+			because: "; preemption cannot help: 1 workload(s) of the same ClusterQueue hold the quota but have equal or higher priority (withinClusterQueue LowerPriority)",
+		},
+		"reclaim Any": {
+			mutate:  withPreemption(v1alpha1.ClusterQueuePreemption{ReclaimWithinCohort: v1alpha1.PreemptionAny}),
+			because: "; preemption cannot help: 1 workload(s) of the same ClusterQueue hold the quota, and withinClusterQueue is Never",
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t)
-			f.clusterQueue("cq", "1", mutate)
+			f.clusterQueue("cq", "1", tc.mutate)
 			f.s.Observe(f.workload("running", "lq-cq", "1", 0, 5))
 			f.runCycle()
 			f.s.Observe(f.workload("same", "lq-cq", "1", 1, 5))
@@ -133,10 +144,38 @@ func TestNoPreemptionWithoutAPolicy(t *testing.T) {
 			if len(plan.Evictions) != 0 {
 				t.Fatalf("evicted %v", drained(plan.Evictions))
 			}
-			if got := messages(plan.Waiting)["same"]; !strings.Contains(got, "insufficient quota") {
+			got := messages(plan.Waiting)["same"]
+			if !strings.Contains(got, "insufficient quota") {
 				t.Fatalf("waiting message %q, want the shortfall", got)
 			}
+			if tc.because == "" && strings.Contains(got, "preemption") || !strings.HasSuffix(got, tc.because) {
+				t.Errorf("waiting message %q, want it to end with %q", got, tc.because)
+			}
 		})
+	}
+}
+
+// TestPreemptionBlockedByThreshold: the only workload whose quota a
+// borrowing workload could take is above borrowWithinCohort's threshold;
+// nothing is evicted and the waiting message names the threshold.
+func TestPreemptionBlockedByThreshold(t *testing.T) {
+	f := newFixture(t)
+	threshold := int32(10)
+	f.clusterQueue("a", "1", inCohort("org"), withPreemption(v1alpha1.ClusterQueuePreemption{
+		ReclaimWithinCohort: v1alpha1.PreemptionLowerPriority,
+		BorrowWithinCohort:  &v1alpha1.BorrowWithinCohort{Policy: v1alpha1.PreemptionLowerPriority, MaxPriorityThreshold: &threshold},
+	}))
+	f.clusterQueue("b", "1", inCohort("org"))
+	f.s.Observe(f.workload("b-borrowing", "lq-b", "2", 0, 50))
+	f.runCycle()
+	f.s.Observe(f.workload("a-big", "lq-a", "2", 1, 100))
+	plan := f.cycle()
+	if len(plan.Evictions) != 0 {
+		t.Fatalf("evicted %v above the threshold", drained(plan.Evictions))
+	}
+	want := "; preemption cannot help: 1 workload(s) of ClusterQueue b hold the quota but have priority above borrowWithinCohort's maxPriorityThreshold 10"
+	if got := messages(plan.Waiting)["a-big"]; !strings.Contains(got, "insufficient quota") || !strings.HasSuffix(got, want) {
+		t.Errorf("waiting message %q, want the shortfall ending with %q", got, want)
 	}
 }
 

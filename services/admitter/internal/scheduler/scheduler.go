@@ -77,6 +77,9 @@ type Scheduler struct {
 	// victimPools are the candidate victims of preemption, by tree,
 	// gathered once a cycle (see victimPool); each cycle starts afresh.
 	victimPools map[poolKey]*victimPool
+	// blockedNotes are this cycle's answers of preemption.Blocked, by what
+	// they depend on (see preemptor.blocked); each cycle starts afresh.
+	blockedNotes map[string]string
 	// held are the pending workloads whose requeue time is still ahead.
 	held entryHeap
 	// messages are the waiting workloads whose message changed since the
