@@ -30,7 +30,7 @@ import (
 // Which workloads preemption could reach does not depend on policy: the
 // pending workload's own queue, and the queues Targets searches in the
 // cohort tree (see the package comment). Policy only decides which of
-// them may go.
+// them may go. As for Targets, admitted is best given in Compare order.
 func Blocked(tree *quota.Tree, pending *Workload, policy Policy, admitted []*Workload) string {
 	needed := frsToFree(tree, pending)
 	if len(needed) == 0 || tree.Cycle(pending.ClusterQueue) != nil {

@@ -158,6 +158,10 @@ type candidate struct {
 // tree, each with its usage), or nil when there are none: pending already
 // fits, nothing may be preempted, or it would still not fit. tree is
 // changed while victims are tried and left as it was.
+//
+// admitted is best given in Compare order: the candidates then take time
+// linear in their number to put in the order they are tried in, rather
+// than a sort.
 func Targets(tree *quota.Tree, pending *Workload, policy Policy, admitted []*Workload) []Target {
 	needed := frsToFree(tree, pending)
 	if len(needed) == 0 {
@@ -167,14 +171,41 @@ func Targets(tree *quota.Tree, pending *Workload, policy Policy, admitted []*Wor
 	return targets
 }
 
-// search sorts candidates and tries the passes policy calls for; it
-// returns the victims of the first pass that makes pending fit, and
-// whether that pass let pending borrow.
-func search(tree *quota.Tree, pending *Workload, policy Policy, candidates []candidate, needed map[quota.FR]bool) ([]Target, bool) {
+// Compare orders admitted workloads as preemption tries them, whatever
+// the pending workload: those being evicted already (they are going
+// anyway), then the lowest priority, then the most recently reserved (it
+// lost the least work), then by key. Targets and Blocked try candidates
+// in this order within groups that depend on the pending workload, and
+// take admitted best sorted by it.
+func Compare(a, b *Workload) int {
+	if a.Evicting != b.Evicting {
+		if a.Evicting {
+			return -1
+		}
+		return 1
+	}
+	return compareWithinEviction(a, b)
+}
+
+// compareWithinEviction is Compare for workloads alike in Evicting.
+func compareWithinEviction(a, b *Workload) int {
+	if c := cmp.Compare(a.Priority, b.Priority); c != 0 {
+		return c
+	}
+	if c := b.ReservedAt.Compare(a.ReservedAt); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Key, b.Key)
+}
+
+// search puts candidates in the order to try them and tries the passes
+// policy calls for; it returns the victims of the first pass that makes
+// pending fit, and whether that pass let pending borrow.
+func search(tree *quota.Tree, pending *Workload, policy Policy, candidates []candidate, needed []quota.FR) ([]Target, bool) {
 	if len(candidates) == 0 {
 		return nil, false
 	}
-	slices.SortFunc(candidates, compareCandidates)
+	candidates = inTryOrder(candidates)
 	for _, allowBorrowing := range passes(tree, pending, policy, candidates, needed) {
 		if targets := choose(tree, pending, candidates, needed, allowBorrowing); targets != nil {
 			return targets, allowBorrowing
@@ -183,24 +214,84 @@ func search(tree *quota.Tree, pending *Workload, policy Policy, candidates []can
 	return nil, false
 }
 
+// inTryOrder is candidates in compareCandidates order. Candidates whose
+// workloads come in Compare order, as Targets' callers best give them,
+// need only a stable partition into the ranks compareCandidates puts
+// before the rest of Compare's order (tryRank): linear, not a sort, and
+// nothing at all when they come in rank order too (one group, none
+// evicting: often so). Its result is the sort's, as compareCandidates is
+// a total order (ending on the key). Others are sorted; candidates may be
+// reordered in place.
+func inTryOrder(candidates []candidate) []candidate {
+	switch {
+	case !slices.IsSortedFunc(candidates, compareWorkloads):
+		slices.SortFunc(candidates, compareCandidates)
+		return candidates
+	case slices.IsSortedFunc(candidates, compareTryRanks):
+		return candidates
+	default:
+		return partitionByTryRank(candidates)
+	}
+}
+
+func compareWorkloads(a, b candidate) int { return Compare(a.w, b.w) }
+
+func compareTryRanks(a, b candidate) int { return cmp.Compare(tryRank(a), tryRank(b)) }
+
+// tryRanks is how many values tryRank takes.
+const tryRanks = 2 * groups
+
+// tryRank is what compareCandidates weighs before the rest of Compare's
+// order: whether c is being evicted (first if so), then its group.
+func tryRank(c candidate) int {
+	if c.w.Evicting {
+		return groupOf(c.variant)
+	}
+	return groups + groupOf(c.variant)
+}
+
+// partitionByTryRank is candidates stably partitioned by tryRank, in a
+// new slice (a counting sort).
+func partitionByTryRank(candidates []candidate) []candidate {
+	var starts [tryRanks]int
+	for _, c := range candidates {
+		starts[tryRank(c)]++
+	}
+	next := 0
+	for r, n := range starts {
+		starts[r] = next
+		next += n
+	}
+	out := make([]candidate, len(candidates))
+	for _, c := range candidates {
+		r := tryRank(c)
+		out[starts[r]] = c
+		starts[r]++
+	}
+	return out
+}
+
 // frsToFree are the flavor-resources pending asks more of than its queue
-// can take now.
-func frsToFree(tree *quota.Tree, pending *Workload) map[quota.FR]bool {
-	needed := map[quota.FR]bool{}
+// can take now, sorted: a short slice, cheaper to walk than a map for
+// every candidate.
+func frsToFree(tree *quota.Tree, pending *Workload) []quota.FR {
+	var needed []quota.FR
 	for fr, amount := range pending.Usage {
 		if amount > tree.Available(pending.ClusterQueue, fr) {
-			needed[fr] = true
+			needed = append(needed, fr)
 		}
 	}
+	slices.SortFunc(needed, quota.CompareFR)
 	return needed
 }
 
 // candidatesFor are the admitted workloads policy lets pending preempt and
 // whose removal could help: they hold some of an FR it needs freed, in its
 // own queue or where reclaimable finds them.
-func candidatesFor(tree *quota.Tree, pending *Workload, policy Policy, admitted []*Workload, needed map[quota.FR]bool) []candidate {
-	var out []candidate
-	for _, c := range reachable(tree, pending, admitted, needed) {
+func candidatesFor(tree *quota.Tree, pending *Workload, policy Policy, admitted []*Workload, needed []quota.FR) []candidate {
+	reach := reachable(tree, pending, admitted, needed)
+	out := reach[:0] // filtered in place: there may be thousands
+	for _, c := range reach {
 		if c, ok := underPolicy(policy, pending, c); ok {
 			out = append(out, c)
 		}
@@ -212,7 +303,7 @@ func candidatesFor(tree *quota.Tree, pending *Workload, policy Policy, admitted 
 // preemption could ever take for pending, whatever its queue's policy:
 // those of its own queue, and those of the queues reclaimable finds. Each
 // comes with the most lenient variant it could have.
-func reachable(tree *quota.Tree, pending *Workload, admitted []*Workload, needed map[quota.FR]bool) []candidate {
+func reachable(tree *quota.Tree, pending *Workload, admitted []*Workload, needed []quota.FR) []candidate {
 	found := reclaimable(tree, pending, needed)
 	var out []candidate
 	for _, w := range admitted {
@@ -279,7 +370,7 @@ type place struct {
 // its subtree quota. The queues found in that ancestor's own subtree have
 // as good a claim to it as pending's, so the advantage counts only for
 // those found higher up, whose usage in the ancestor's quota is borrowed.
-func reclaimable(tree *quota.Tree, pending *Workload, needed map[quota.FR]bool) map[string]place {
+func reclaimable(tree *quota.Tree, pending *Workload, needed []quota.FR) map[string]place {
 	found := map[string]place{}
 	advantage := fitsNominal(tree, pending)
 	remaining := lessLocalFree(pending.Usage, func(fr quota.FR) int64 { return tree.LocalFree(pending.ClusterQueue, fr) })
@@ -298,7 +389,7 @@ func reclaimable(tree *quota.Tree, pending *Workload, needed map[quota.FR]bool) 
 // subtreeSearch is one ancestor's search in reclaimable.
 type subtreeSearch struct {
 	tree   *quota.Tree
-	needed map[quota.FR]bool
+	needed []quota.FR
 	// self is pending's queue; skip the child Cohort searched already.
 	self, skip string
 	at         place
@@ -385,28 +476,18 @@ func mayReclaim(p ReclaimWithinCohort, pending, w *Workload) bool {
 	}
 }
 
-// compareCandidates orders the candidates to try: those being evicted
-// already (they are going anyway), then by group (groupOf), then the
-// lowest priority, then the most recently reserved (it lost the least
-// work), then by key.
+// compareCandidates orders the candidates to try: Compare's order, but
+// for the group (groupOf), weighed right after whether they are being
+// evicted.
 func compareCandidates(a, b candidate) int {
-	if a.w.Evicting != b.w.Evicting {
-		if a.w.Evicting {
-			return -1
-		}
-		return 1
-	}
-	if c := cmp.Compare(groupOf(a.variant), groupOf(b.variant)); c != 0 {
+	if c := compareTryRanks(a, b); c != 0 {
 		return c
 	}
-	if c := cmp.Compare(a.w.Priority, b.w.Priority); c != 0 {
-		return c
-	}
-	if c := b.w.ReservedAt.Compare(a.w.ReservedAt); c != 0 {
-		return c
-	}
-	return cmp.Compare(a.w.Key, b.w.Key)
+	return compareWithinEviction(a.w, b.w)
 }
+
+// groups is how many values groupOf takes.
+const groups = 3
 
 // groupOf ranks a candidate's variant: workloads of other queues holding
 // quota pending's queue has the better claim to first, then the other
@@ -429,7 +510,7 @@ func groupOf(v variant) int {
 // borrowing only; one that may not borrow to preempt and has no candidate
 // it may always take first tries to fit within its nominal quota; the
 // others try borrowing first.
-func passes(tree *quota.Tree, pending *Workload, policy Policy, candidates []candidate, needed map[quota.FR]bool) []bool {
+func passes(tree *quota.Tree, pending *Workload, policy Policy, candidates []candidate, needed []quota.FR) []bool {
 	var others, reclaims bool
 	for _, c := range candidates {
 		others = others || c.variant != sameQueue
@@ -450,7 +531,7 @@ func passes(tree *quota.Tree, pending *Workload, policy Policy, candidates []can
 // quota unless allowBorrowing), then puts back every victim but the last
 // that it fits without, last but one first. nil when it never fits. tree
 // is left as it was.
-func choose(tree *quota.Tree, pending *Workload, candidates []candidate, needed map[quota.FR]bool, allowBorrowing bool) []Target {
+func choose(tree *quota.Tree, pending *Workload, candidates []candidate, needed []quota.FR, allowBorrowing bool) []Target {
 	var targets []Target
 	defer func() {
 		for _, t := range targets {
@@ -487,7 +568,7 @@ func choose(tree *quota.Tree, pending *Workload, candidates []candidate, needed 
 // be taken while the pending workload borrows only in a pass that does
 // not borrow, and one of another queue only while it still holds quota
 // that is not its own (stillOver).
-func valid(tree *quota.Tree, c candidate, needed map[quota.FR]bool, allowBorrowing bool) bool {
+func valid(tree *quota.Tree, c candidate, needed []quota.FR, allowBorrowing bool) bool {
 	switch c.variant {
 	case sameQueue:
 		return true
@@ -503,7 +584,7 @@ func valid(tree *quota.Tree, c candidate, needed map[quota.FR]bool, allowBorrowi
 // and every Cohort between it and c.lca still hold more than their quota
 // of some FR of needed. Earlier victims may have brought one of them back
 // within it: what it holds then is its own, and its subtree's to share.
-func stillOver(tree *quota.Tree, c candidate, needed map[quota.FR]bool) bool {
+func stillOver(tree *quota.Tree, c candidate, needed []quota.FR) bool {
 	if !borrowsAny(tree, c.w.ClusterQueue, needed) {
 		return false
 	}
@@ -548,8 +629,8 @@ func fitsNominal(tree *quota.Tree, pending *Workload) bool {
 
 // belowNominal reports whether cq uses less than its nominal quota of
 // every FR in frs.
-func belowNominal(tree *quota.Tree, cq string, frs map[quota.FR]bool) bool {
-	for fr := range frs {
+func belowNominal(tree *quota.Tree, cq string, frs []quota.FR) bool {
+	for _, fr := range frs {
 		if tree.Usage(cq, fr) >= tree.Nominal(cq, fr) {
 			return false
 		}
@@ -559,8 +640,8 @@ func belowNominal(tree *quota.Tree, cq string, frs map[quota.FR]bool) bool {
 
 // borrowsAny reports whether cq holds more than its nominal quota of some
 // FR in frs.
-func borrowsAny(tree *quota.Tree, cq string, frs map[quota.FR]bool) bool {
-	for fr := range frs {
+func borrowsAny(tree *quota.Tree, cq string, frs []quota.FR) bool {
+	for _, fr := range frs {
 		if tree.Borrowed(cq, fr) > 0 {
 			return true
 		}
@@ -571,8 +652,8 @@ func borrowsAny(tree *quota.Tree, cq string, frs map[quota.FR]bool) bool {
 // cohortOverAny reports whether the Cohort cohort's subtree uses more
 // than its subtree quota of some FR in frs: it holds quota of its parent's
 // pool beyond what it puts in.
-func cohortOverAny(tree *quota.Tree, cohort string, frs map[quota.FR]bool) bool {
-	for fr := range frs {
+func cohortOverAny(tree *quota.Tree, cohort string, frs []quota.FR) bool {
+	for _, fr := range frs {
 		if tree.CohortUsage(cohort, fr) > tree.CohortSubtreeQuota(cohort, fr) {
 			return true
 		}
@@ -581,8 +662,8 @@ func cohortOverAny(tree *quota.Tree, cohort string, frs map[quota.FR]bool) bool 
 }
 
 // holdsAny reports whether w holds some of an FR in frs.
-func holdsAny(w *Workload, frs map[quota.FR]bool) bool {
-	for fr := range frs {
+func holdsAny(w *Workload, frs []quota.FR) bool {
+	for _, fr := range frs {
 		if w.Usage[fr] > 0 {
 			return true
 		}

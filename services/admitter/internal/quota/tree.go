@@ -467,7 +467,7 @@ func (t *Tree) CohortFRs(cohort string) []FR {
 	for fr := range n.usage {
 		set[fr] = true
 	}
-	return slices.SortedFunc(maps.Keys(set), compareFR)
+	return slices.SortedFunc(maps.Keys(set), CompareFR)
 }
 
 // CohortTotals is, per FR, how much the ClusterQueues in the subtree of the
@@ -502,7 +502,8 @@ func (t *Tree) CohortBorrowed(cohort string, fr FR) int64 {
 	return max(0, n.usage[fr]-n.subtreeQuota[fr])
 }
 
-func compareFR(a, b FR) int {
+// CompareFR orders flavor-resources by flavor, then resource.
+func CompareFR(a, b FR) int {
 	if a.Flavor != b.Flavor {
 		return strings.Compare(a.Flavor, b.Flavor)
 	}

@@ -188,18 +188,20 @@ func (p *preemptor) blockedKey(usage map[quota.FR]int64) string {
 //     marked Evicting: it goes anyway. Victims handed out this cycle are
 //     marked as they are.
 type victimPool struct {
-	// free are the candidates no waiting preemptor claimed, in no
-	// particular order (preemption.Targets sorts them).
+	// free are the candidates no waiting preemptor claimed, kept in
+	// preemption.Compare order: preemption.Targets then orders them in
+	// linear time rather than sorting them for every head.
 	free []*preemption.Workload
-	// claimed are the victims of each waiting preemptor.
+	// claimed are the victims of each waiting preemptor, in no particular
+	// order (candidatesFor sorts the few of one preemptor).
 	claimed map[*entry][]*preemption.Workload
 	slots   map[*preemption.Workload]slot
 }
 
-// slot is a candidate's entry and where it is in free (-1: claimed).
+// slot is a candidate's entry and whether it is in free.
 type slot struct {
-	e  *entry
-	at int
+	e    *entry
+	free bool
 }
 
 // poolKey names a tree of cohorts by its root, or a ClusterQueue outside
@@ -248,13 +250,15 @@ func (s *Scheduler) gatherVictims(names []string) *victimPool {
 			workloads = append(workloads, victimOf(e))
 			w := &workloads[len(workloads)-1]
 			if by, ok := s.claimant(e); ok {
-				pool.slots[w] = slot{e: e, at: -1}
+				pool.slots[w] = slot{e: e}
 				pool.claimed[s.workloads[by]] = append(pool.claimed[s.workloads[by]], w)
 				continue
 			}
-			pool.add(w, e)
+			pool.slots[w] = slot{e: e, free: true}
+			pool.free = append(pool.free, w)
 		}
 	}
+	slices.SortFunc(pool.free, preemption.Compare)
 	return pool
 }
 
@@ -273,38 +277,65 @@ func evicting(e *entry) bool {
 	return workload.IsEvicting(e.wl) || workload.IsDeleting(e.wl) || e.evicted == e.wl.ResourceVersion
 }
 
-// candidatesFor are the victims preemptor may take: the free ones, and
-// those it claimed itself.
+// candidatesFor are the victims preemptor may take, in
+// preemption.Compare order: the free ones, and those it claimed itself.
+// Its own are sorted as they are handed out: tryPreemption marks the
+// victims it claims Evicting, which moves them in the order.
 func (pool *victimPool) candidatesFor(preemptor *entry) []*preemption.Workload {
 	own := pool.claimed[preemptor]
 	if len(own) == 0 {
 		return pool.free
 	}
-	return slices.Concat(pool.free, own)
+	slices.SortFunc(own, preemption.Compare)
+	return mergeInOrder(pool.free, own)
+}
+
+// mergeInOrder is a and b, both in preemption.Compare order, merged in a
+// new slice in that order.
+func mergeInOrder(a, b []*preemption.Workload) []*preemption.Workload {
+	out := make([]*preemption.Workload, 0, len(a)+len(b))
+	for len(a) > 0 && len(b) > 0 {
+		if preemption.Compare(b[0], a[0]) < 0 {
+			out, b = append(out, b[0]), b[1:]
+		} else {
+			out, a = append(out, a[0]), a[1:]
+		}
+	}
+	return append(append(out, a...), b...)
 }
 
 // entryOf is the entry of candidate w.
 func (pool *victimPool) entryOf(w *preemption.Workload) *entry { return pool.slots[w].e }
 
-// claim records that preemptor claimed candidate w: w leaves free, by
-// swapping in the last one, so that claiming costs the same however many
-// candidates there are.
+// claim records that preemptor claimed candidate w: w leaves free, which
+// keeps its order.
 func (pool *victimPool) claim(preemptor *entry, w *preemption.Workload) {
 	sl := pool.slots[w]
-	if sl.at < 0 {
+	if !sl.free {
 		return // its own already
 	}
-	last := pool.free[len(pool.free)-1]
-	pool.free[sl.at] = last
-	pool.slots[last] = slot{e: pool.slots[last].e, at: sl.at}
-	pool.free = pool.free[:len(pool.free)-1]
-	pool.slots[w] = slot{e: sl.e, at: -1}
+	i := pool.indexInFree(w)
+	pool.free = slices.Delete(pool.free, i, i+1)
+	pool.slots[w] = slot{e: sl.e}
 	pool.claimed[preemptor] = append(pool.claimed[preemptor], w)
 }
 
-func (pool *victimPool) add(w *preemption.Workload, e *entry) {
-	pool.slots[w] = slot{e: e, at: len(pool.free)}
-	pool.free = append(pool.free, w)
+// indexInFree is where w, a free candidate, is in free. Its place in the
+// order finds it: nothing that order weighs changes while it is free (a
+// victim is marked Evicting once claimed). The scan is for candidates
+// that Compare could not tell apart, which unique keys rule out.
+func (pool *victimPool) indexInFree(w *preemption.Workload) int {
+	if i, found := slices.BinarySearchFunc(pool.free, w, preemption.Compare); found && pool.free[i] == w {
+		return i
+	}
+	return slices.Index(pool.free, w)
+}
+
+// putBack makes w, of entry e, free again, in its place in the order.
+func (pool *victimPool) putBack(w *preemption.Workload, e *entry) {
+	pool.slots[w] = slot{e: e, free: true}
+	i, _ := slices.BinarySearchFunc(pool.free, w, preemption.Compare)
+	pool.free = slices.Insert(pool.free, i, w)
 }
 
 // releaseLapsedClaims puts back in pool the victims of the preemptors
@@ -322,7 +353,7 @@ func (s *Scheduler) releaseLapsedClaims(pool *victimPool) {
 			if s.claims[e.key] == by.key {
 				delete(s.claims, e.key)
 			}
-			pool.add(w, e)
+			pool.putBack(w, e)
 		}
 	}
 }
