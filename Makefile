@@ -11,9 +11,13 @@ GO ?= go
 BUF := $(GO) tool -modfile=tools/buf/go.mod buf
 CONTROLLER_GEN := $(GO) tool -modfile=tools/go.mod controller-gen
 SERVICES := webhook grouper admitter checks
-# Test packages that start their own control plane run one at a time on
-# small machines; unit tests run in parallel.
 TEST_FLAGS ?= -count=1 -timeout=30m
+# Test packages that start their own control plane (integration, e2e,
+# crash, conformance) run two at a time: they mostly wait on the control
+# plane and on the services' timers, not on the CPU (on two cores the e2e
+# and crash suites take as long side by side as alone), and each starts
+# its own control plane on free ports. SUITE_PARALLEL=1 runs them one by one.
+SUITE_PARALLEL ?= 2
 
 .PHONY: all
 all: build
@@ -129,7 +133,7 @@ fuzz: ## Fuzz the parsers, the role hash, the check-answer validation and the co
 
 .PHONY: integration
 integration: cluster-build ## Integration tests against a real API server.
-	$(GO) test $(TEST_FLAGS) -p 1 ./test/testenv/... ./test/integration/...
+	$(GO) test $(TEST_FLAGS) -p $(SUITE_PARALLEL) ./test/testenv/... ./test/integration/...
 
 .PHONY: examples-deps
 examples-deps: ## Install the npm packages of examples/checks-js (npm ci; quick when already installed).
@@ -137,7 +141,7 @@ examples-deps: ## Install the npm packages of examples/checks-js (npm ci; quick 
 
 .PHONY: e2e
 e2e: cluster-build build examples-deps ## End-to-end tests: the four services as processes on a local control plane; the conformance kit against every shipped provider.
-	SLUICE_SERVICES_BIN=$(CURDIR)/bin $(GO) test $(TEST_FLAGS) -p 1 ./test/e2e/... ./test/conformance/...
+	SLUICE_SERVICES_BIN=$(CURDIR)/bin $(GO) test $(TEST_FLAGS) -p $(SUITE_PARALLEL) ./test/e2e/... ./test/conformance/...
 
 .PHONY: bench
 bench: cluster-build build ## Burst pods through a running system (throughput, writes per pod), preempt a full queue; time a scheduling cycle and a cohort tree's admission.
