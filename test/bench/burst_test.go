@@ -325,20 +325,7 @@ func measureSluice(ctx context.Context, b *testing.B, env *testenv.Env, cs kuber
 		b.Fatal(err)
 	}
 	if profileDir != "" {
-		go func() {
-			// SLUICE_BENCH_PROFILE_DELAY moves the 10-second window later
-			// into the burst, e.g. onto the ungates of a large group.
-			delay, _ := time.ParseDuration(os.Getenv("SLUICE_BENCH_PROFILE_DELAY"))
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(delay):
-			}
-			go profileAPIServer(ctx, b, cs, profileDir, "kube-apiserver.pprof", 10)
-			for _, svc := range []*harness.Service{s.Admitter, s.Grouper, s.Webhook} {
-				go profileService(ctx, b, svc, profileDir)
-			}
-		}()
+		go profileRun(ctx, b, cs, s, profileDir)
 	}
 	created := make([]time.Time, n)
 	start := time.Now()
@@ -671,6 +658,23 @@ func profileAPIServer(ctx context.Context, b *testing.B, cs kubernetes.Interface
 		return
 	}
 	fmt.Printf("kube-apiserver CPU profile: %s\n", path)
+}
+
+// profileRun writes 10-second CPU profiles of kube-apiserver and of the
+// admitter, grouper and webhook (started with --pprof) to dir, taken
+// SLUICE_BENCH_PROFILE_DELAY (a duration, default 0) from now: it moves
+// the window later into a run, e.g. onto the ungates of a large group.
+func profileRun(ctx context.Context, b *testing.B, cs kubernetes.Interface, s *harness.Sluice, dir string) {
+	delay, _ := time.ParseDuration(os.Getenv("SLUICE_BENCH_PROFILE_DELAY"))
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(delay):
+	}
+	go profileAPIServer(ctx, b, cs, dir, "kube-apiserver.pprof", 10)
+	for _, svc := range []*harness.Service{s.Admitter, s.Grouper, s.Webhook} {
+		go profileService(ctx, b, svc, dir)
+	}
 }
 
 func profileService(ctx context.Context, b *testing.B, svc *harness.Service, dir string) {

@@ -114,7 +114,11 @@ func runPreemption(b *testing.B, c preemptionCase) {
 	raw := measureRaw(ctx, b, cs, namespace(ctx, b, cs, "raw"), true, burst, nil)
 	hooked := measureRawThroughWebhook(ctx, b, cs, burst)
 
-	s, err := harness.Start(ctx, env, harness.Options{BinDir: os.Getenv("SLUICE_SERVICES_BIN")})
+	opts := harness.Options{BinDir: os.Getenv("SLUICE_SERVICES_BIN")}
+	if os.Getenv("SLUICE_BENCH_PROFILE_DIR") != "" {
+		opts.Args = map[string][]string{"admitter": {"--pprof"}, "grouper": {"--pprof"}, "webhook": {"--pprof"}}
+	}
+	s, err := harness.Start(ctx, env, opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -199,6 +203,9 @@ func measurePreemption(ctx context.Context, b *testing.B, env *testenv.Env, cs k
 		b.Fatal(err)
 	}
 	cpu := newCPUMeter(env, s)
+	if dir := os.Getenv("SLUICE_BENCH_PROFILE_DIR"); dir != "" {
+		go profileRun(ctx, b, cs, s, dir)
+	}
 	created := make([]time.Time, n)
 	start := time.Now()
 	parallel(n, func(i int) error {
