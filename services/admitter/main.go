@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -77,6 +78,11 @@ func run() error {
 	releaseWait := app.DefaultReleaseWait
 	fs.DurationVar(&releaseWait, "release-wait", app.DefaultReleaseWait,
 		"how long a deleted Workload waits, from its deletion, for an admission-check provider that fails its Release; then the Release is kept in the AdmissionCheck's status.owedReleases, delivered when the provider answers, and the Workload goes (0: at the first failure)")
+	fs.BoolVar(&cfg.FairSharing.Enabled, "fair-sharing", false,
+		"share each cohort's quota fairly among its members by weighted dominant resource share (spec.fairSharing.weight); each ClusterQueue's and Cohort's share is in its status.fairSharing.weightedShare")
+	strategies := app.DefaultFairSharingPreemptionStrategies
+	fs.StringVar(&strategies, "fair-sharing-preemption-strategies", app.DefaultFairSharingPreemptionStrategies,
+		"with --fair-sharing, the rules of preemption by share, in order: LessThanOrEqualToFinalShare, LessThanInitialShare, or LessThanOrEqualToFinalShare,LessThanInitialShare")
 	var limit int
 	fs.IntVar(&limit, "requeuing-backoff-limit-count", -1,
 		"requeues allowed after missed default deadlines before the workload is deactivated (negative: no limit)")
@@ -94,6 +100,10 @@ func run() error {
 	}
 	cfg.ReleaseWait = &releaseWait
 	if err := cfg.ValidateReleaseWait(); err != nil {
+		return err
+	}
+	cfg.FairSharing.PreemptionStrategies = strings.Split(strategies, ",")
+	if err := cfg.FairSharing.Validate(); err != nil {
 		return err
 	}
 	cfg.Namespace = namespace
@@ -120,7 +130,8 @@ func run() error {
 		cfg.Pprof = sf.Pprof
 		log.Info("starting", "version", version, "grpcAddr", cfg.GRPCAddr, "httpAddr", cfg.HTTPAddr,
 			"leaderElect", cfg.LeaderElect, "lease", cfg.LeaseNamespace+"/"+cfg.LeaseName,
-			"mutualTLS", cfg.TLS.Enabled(), "groupers", cfg.Groupers)
+			"mutualTLS", cfg.TLS.Enabled(), "groupers", cfg.Groupers,
+			"fairSharing", cfg.FairSharing.Enabled, "fairSharingPreemptionStrategies", cfg.FairSharing.PreemptionStrategies)
 		return app.Run(ctx, log, cfg)
 	})
 }

@@ -105,6 +105,38 @@ type ClusterQueueSpec struct {
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="podGroupReplacementWindow must not be negative"
 	PodGroupReplacementWindow *metav1.Duration `json:"podGroupReplacementWindow,omitempty"`
+
+	// fairSharing is the queue's weight in fair sharing among the members
+	// of its cohort, when the admitter runs with --fair-sharing.
+	// +optional
+	FairSharing *FairSharing `json:"fairSharing,omitempty"`
+}
+
+// FairSharing is the weight of a ClusterQueue or Cohort in fair sharing:
+// the share of what its cohort lends that a node borrows is divided by
+// its weight, so that a node of weight 3 may borrow three times what a
+// node of weight 1 borrows before the two count as even.
+type FairSharing struct {
+	// weight divides the node's share of what its cohort lends. 0 makes
+	// the share infinite as soon as the node borrows: it borrows only
+	// what nobody else wants and is the first to give it back. Defaults
+	// to 1; a weight must be 0 or at least 1n (0.000000001), and a
+	// quantity rounds any smaller positive value up to 1n.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('0')) == 0 || !quantity(string(self)).isLessThan(quantity('1n'))",message="weight must be 0 or at least 1n (0.000000001)"
+	Weight *resource.Quantity `json:"weight,omitempty"`
+}
+
+// FairSharingStatus is the fair-sharing state of a ClusterQueue or
+// Cohort.
+type FairSharingStatus struct {
+	// weightedShare is the node's dominant resource share divided by its
+	// weight, rounded up: the most, over resources, of what it borrows
+	// beyond its quota per 1000 of what its parent cohort could lend it
+	// of that resource. 0 when it borrows nothing; 9223372036854775807
+	// (the largest int64) for a weight of 0 while it borrows.
+	WeightedShare int64 `json:"weightedShare"`
 }
 
 // PreemptionPolicy says which workloads may be preempted.
@@ -366,6 +398,11 @@ type ClusterQueueStatus struct {
 	// +listType=map
 	// +listMapKey=name
 	FlavorsReservation []FlavorUsage `json:"flavorsReservation,omitempty"`
+
+	// fairSharing is the queue's share, while the admitter runs with
+	// --fair-sharing; unset otherwise.
+	// +optional
+	FairSharing *FairSharingStatus `json:"fairSharing,omitempty"`
 }
 
 // FlavorUsage is the quota used in one flavor.

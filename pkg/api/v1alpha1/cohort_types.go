@@ -25,6 +25,11 @@ type CohortSpec struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=16
 	ResourceGroups []ResourceGroup `json:"resourceGroups,omitempty"`
+
+	// fairSharing is the Cohort's weight in fair sharing among the members
+	// of its parent, when the admitter runs with --fair-sharing.
+	// +optional
+	FairSharing *FairSharing `json:"fairSharing,omitempty"`
 }
 
 // CohortStatus reports what a Cohort's subtree holds, written by the
@@ -46,6 +51,11 @@ type CohortStatus struct {
 	// +listType=map
 	// +listMapKey=name
 	FlavorsReservation []FlavorUsage `json:"flavorsReservation,omitempty"`
+
+	// fairSharing is the Cohort's share in its parent, while the admitter
+	// runs with --fair-sharing; unset otherwise.
+	// +optional
+	FairSharing *FairSharingStatus `json:"fairSharing,omitempty"`
 }
 
 // +genclient

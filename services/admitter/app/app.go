@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -38,6 +39,7 @@ import (
 	"github.com/sluice-dev/sluice/services/admitter/internal/lifecycle"
 	"github.com/sluice-dev/sluice/services/admitter/internal/metrics"
 	"github.com/sluice-dev/sluice/services/admitter/internal/releases"
+	"github.com/sluice-dev/sluice/services/admitter/internal/scheduler"
 	"github.com/sluice-dev/sluice/services/admitter/internal/server"
 	"github.com/sluice-dev/sluice/services/admitter/internal/startup"
 	"github.com/sluice-dev/sluice/services/admitter/internal/stream"
@@ -59,6 +61,9 @@ const (
 	// DefaultReleaseWait is how long a deleted Workload waits for
 	// providers that fail its Releases, unless set.
 	DefaultReleaseWait = releases.DefaultWait
+	// DefaultFairSharingPreemptionStrategies is the fair-sharing
+	// preemption strategy list unless set.
+	DefaultFairSharingPreemptionStrategies = string(scheduler.LessThanOrEqualToFinalShare) + "," + string(scheduler.LessThanInitialShare)
 )
 
 // Config is everything the admitter needs to run.
@@ -132,6 +137,12 @@ type Config struct {
 	// Workload goes. Nil means DefaultReleaseWait.
 	ReleaseWait *time.Duration
 
+	// FairSharing turns fair sharing between the queues of a cohort on.
+	// It is the admitter's setting, not a ClusterQueue's: the admitter
+	// alone orders admission and chooses victims, and every replica must
+	// agree on how.
+	FairSharing FairSharing
+
 	// Ready, if set, is called once the admitter leads and serves.
 	Ready func()
 
@@ -185,6 +196,39 @@ func (w WaitForPodsReady) policy() (startup.Policy, error) {
 		return startup.Policy{}, fmt.Errorf("admitter config: %w", err)
 	}
 	return p, nil
+}
+
+// FairSharing is the admitter's fair-sharing setting.
+type FairSharing struct {
+	// Enabled turns fair sharing on (--fair-sharing).
+	Enabled bool
+	// PreemptionStrategies are the rules of preemption by share, in order
+	// (--fair-sharing-preemption-strategies): exactly
+	// LessThanOrEqualToFinalShare, LessThanInitialShare, or the two in
+	// that order. Nil means DefaultFairSharingPreemptionStrategies.
+	PreemptionStrategies []string
+}
+
+// Validate refuses a setting that cannot be applied, naming the flag and
+// the rule. The strategies are checked even with fair sharing off, so
+// that a mistyped list does not wait to fail until it is turned on.
+func (f FairSharing) Validate() error {
+	_, err := f.setting()
+	return err
+}
+
+// setting is f as the scheduler takes it, or an error naming the flag and
+// the rule.
+func (f FairSharing) setting() (scheduler.FairSharing, error) {
+	list := DefaultFairSharingPreemptionStrategies
+	if f.PreemptionStrategies != nil {
+		list = strings.Join(f.PreemptionStrategies, ",")
+	}
+	strategies, err := scheduler.ParsePreemptionStrategies(list)
+	if err != nil {
+		return scheduler.FairSharing{}, fmt.Errorf("admitter config: --fair-sharing-preemption-strategies %w", err)
+	}
+	return scheduler.FairSharing{Enabled: f.Enabled, PreemptionStrategies: strategies}, nil
 }
 
 // replacementWindow is cfg's PodGroupReplacementWindow, the default
@@ -294,6 +338,10 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	fairSharing, err := cfg.FairSharing.setting()
+	if err != nil {
+		return err
+	}
 	reg := cfg.Registry
 	if reg == nil {
 		reg = ctrlmetrics.Registry
@@ -372,6 +420,7 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 		EventInterval:     cfg.EventInterval,
 		StartDefault:      startDefault,
 		ReplacementWindow: window,
+		FairSharing:       fairSharing,
 		OnLeading: func() {
 			grpcSrv.Health.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
 			if cfg.Ready != nil {

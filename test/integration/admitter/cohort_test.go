@@ -27,6 +27,8 @@ type member struct {
 	extra              []v1alpha1.ResourceQuota // more resources of the same group
 	coveredExtra       []corev1.ResourceName
 	waitActive         bool
+	// weight is the queue's fair-sharing weight; "" sets none.
+	weight string
 }
 
 // cohortSetup is a namespace, one flavor, and per member a ClusterQueue
@@ -46,7 +48,7 @@ func newMembers(ctx context.Context, t *testing.T, members ...member) (cohortSet
 	names := make([]string, len(members))
 	for i, m := range members {
 		names[i] = unique("cq")
-		create(ctx, t, &v1alpha1.ClusterQueue{
+		cq := &v1alpha1.ClusterQueue{
 			ObjectMeta: metav1.ObjectMeta{Name: names[i]},
 			Spec: v1alpha1.ClusterQueueSpec{
 				CohortName: m.cohort,
@@ -56,7 +58,11 @@ func newMembers(ctx context.Context, t *testing.T, members ...member) (cohortSet
 						[]v1alpha1.ResourceQuota{limitedQuota(corev1.ResourceCPU, m.cpu, m.borrowing, m.lending)}, m.extra...)}},
 				}},
 			},
-		})
+		}
+		if m.weight != "" {
+			cq.Spec.FairSharing = &v1alpha1.FairSharing{Weight: ptr.To(resource.MustParse(m.weight))}
+		}
+		create(ctx, t, cq)
 		create(ctx, t, &v1alpha1.LocalQueue{
 			ObjectMeta: metav1.ObjectMeta{Namespace: st.ns, Name: names[i]},
 			Spec:       v1alpha1.LocalQueueSpec{ClusterQueue: names[i]},

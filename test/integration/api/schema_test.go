@@ -77,7 +77,13 @@ const (
 	cohortLimitsNeedParent = "borrowingLimit and lendingLimit need spec.parentName"
 	ownParent              = "spec.parentName: a Cohort cannot be its own parent"
 	oneGroupPerResource    = "a resource may be covered by one resource group only"
+	weightRule             = "weight must be 0 or at least 1n (0.000000001)"
 )
+
+// weight is a fairSharing with weight w.
+func weight(w string) *sluicev1alpha1.FairSharing {
+	return &sluicev1alpha1.FairSharing{Weight: ptr.To(resource.MustParse(w))}
+}
 
 func TestClusterQueueSchema(t *testing.T) {
 	cpuOnly := []sluicev1alpha1.ResourceGroup{cpuGroup("default", quota(corev1.ResourceCPU, "8"))}
@@ -267,6 +273,28 @@ func TestClusterQueueSchema(t *testing.T) {
 			spec: sluicev1alpha1.ClusterQueueSpec{ResourceGroups: cpuOnly, PodGroupReplacementWindow: &metav1.Duration{}},
 		},
 		{
+			name: "fair-sharing weight",
+			spec: sluicev1alpha1.ClusterQueueSpec{CohortName: "org", ResourceGroups: cpuOnly, FairSharing: weight("3")},
+		},
+		{
+			name: "fair-sharing weight 0",
+			spec: sluicev1alpha1.ClusterQueueSpec{CohortName: "org", ResourceGroups: cpuOnly, FairSharing: weight("0")},
+		},
+		{
+			name: "the least fair-sharing weight",
+			spec: sluicev1alpha1.ClusterQueueSpec{CohortName: "org", ResourceGroups: cpuOnly, FairSharing: weight("1n")},
+		},
+		{
+			name:    "negative fair-sharing weight",
+			spec:    sluicev1alpha1.ClusterQueueSpec{CohortName: "org", ResourceGroups: cpuOnly, FairSharing: weight("-1")},
+			wantErr: []string{"spec.fairSharing.weight", weightRule},
+		},
+		{
+			name:    "the least negative fair-sharing weight",
+			spec:    sluicev1alpha1.ClusterQueueSpec{CohortName: "org", ResourceGroups: cpuOnly, FairSharing: weight("-1n")},
+			wantErr: []string{"spec.fairSharing.weight", weightRule},
+		},
+		{
 			name:    "negative pod group replacement window",
 			spec:    sluicev1alpha1.ClusterQueueSpec{ResourceGroups: cpuOnly, PodGroupReplacementWindow: &metav1.Duration{Duration: -time.Second}},
 			wantErr: []string{"spec.podGroupReplacementWindow", "podGroupReplacementWindow must not be negative"},
@@ -332,6 +360,13 @@ func TestCohortSchema(t *testing.T) {
 			name:    "lendingLimit without a parent",
 			spec:    sluicev1alpha1.CohortSpec{ResourceGroups: []sluicev1alpha1.ResourceGroup{cpuGroup("default", limited(corev1.ResourceCPU, "4", "", "2"))}},
 			wantErr: []string{"spec: Invalid value", cohortLimitsNeedParent},
+		},
+		{name: "fair-sharing weight", spec: sluicev1alpha1.CohortSpec{ParentName: "org", FairSharing: weight("0.5")}},
+		{name: "fair-sharing weight 0", spec: sluicev1alpha1.CohortSpec{ParentName: "org", FairSharing: weight("0")}},
+		{
+			name:    "negative fair-sharing weight",
+			spec:    sluicev1alpha1.CohortSpec{ParentName: "org", FairSharing: weight("-500m")},
+			wantErr: []string{"spec.fairSharing.weight", weightRule},
 		},
 		{
 			name:    "its own parent",
@@ -435,6 +470,79 @@ func TestEmptyCohortNameDoesNotUnlockLimits(t *testing.T) {
 	// Refused by the pattern today; by the limits rule were "" allowed.
 	if !strings.Contains(err.Error(), "spec.cohortName") && !strings.Contains(err.Error(), cqLimitsNeedCohort) {
 		t.Fatalf("refusal %q names neither spec.cohortName nor the limits rule", err)
+	}
+}
+
+// TestFairSharingWeightSchema: a weight is taken as kubectl sends it, a
+// YAML number or a string, on both kinds; an empty fairSharing defaults
+// it to 1; a value below 1n is rounded up to 1n as every quantity is, so
+// no positive weight is refused.
+func TestFairSharingWeightSchema(t *testing.T) {
+	ctx := context.Background()
+	for _, kind := range []string{"ClusterQueue", "Cohort"} {
+		for _, tc := range []struct {
+			name    string
+			weight  any // nil: fairSharing without weight
+			want    string
+			refused bool
+		}{
+			{name: "defaulted", want: "1"},
+			{name: "an integer", weight: int64(2), want: "2"},
+			{name: "integer 0", weight: int64(0), want: "0"},
+			{name: "a negative integer", weight: int64(-1), refused: true},
+			{name: "a decimal", weight: "0.25", want: "250m"},
+			{name: "an exponent", weight: "1e-9", want: "1n"},
+			{name: "below 1n", weight: "0.0000000001", want: "1n"},
+			{name: "a negative decimal", weight: "-0.5", refused: true},
+		} {
+			t.Run(kind+"/"+tc.name, func(t *testing.T) {
+				fairSharing := map[string]any{}
+				if tc.weight != nil {
+					fairSharing["weight"] = tc.weight
+				}
+				obj := &unstructured.Unstructured{Object: map[string]any{
+					"apiVersion": sluicev1alpha1.GroupVersion.String(),
+					"kind":       kind,
+					"metadata":   map[string]any{"generateName": "weight-"},
+					"spec":       map[string]any{"fairSharing": fairSharing},
+				}}
+				err := k8s.Create(ctx, obj)
+				if err == nil {
+					t.Cleanup(func() { _ = k8s.Delete(context.Background(), obj) })
+				}
+				if tc.refused {
+					if err == nil || !strings.Contains(err.Error(), "spec.fairSharing.weight") || !strings.Contains(err.Error(), weightRule) {
+						t.Fatalf("weight %v: %v, want refused by the weight rule", tc.weight, err)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatalf("weight %v refused: %v", tc.weight, err)
+				}
+				var got *resource.Quantity
+				switch kind {
+				case "ClusterQueue":
+					var cq sluicev1alpha1.ClusterQueue
+					if err := k8s.Get(ctx, client.ObjectKey{Name: obj.GetName()}, &cq); err != nil {
+						t.Fatal(err)
+					}
+					if fs := cq.Spec.FairSharing; fs != nil {
+						got = fs.Weight
+					}
+				default:
+					var co sluicev1alpha1.Cohort
+					if err := k8s.Get(ctx, client.ObjectKey{Name: obj.GetName()}, &co); err != nil {
+						t.Fatal(err)
+					}
+					if fs := co.Spec.FairSharing; fs != nil {
+						got = fs.Weight
+					}
+				}
+				if got == nil || got.Cmp(resource.MustParse(tc.want)) != 0 {
+					t.Fatalf("weight %v reads back as %v, want %s", tc.weight, got, tc.want)
+				}
+			})
+		}
 	}
 }
 

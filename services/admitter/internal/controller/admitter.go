@@ -112,6 +112,8 @@ type Config struct {
 	// their own podGroupReplacementWindow (see lifecycle.Writer.NoPods);
 	// zero gives a group's quota back as soon as it has no pod.
 	ReplacementWindow time.Duration
+	// FairSharing is the fair-sharing setting the scheduler runs with.
+	FairSharing scheduler.FairSharing
 }
 
 // Admitter is the wiring of the admitter's parts. Create it with New,
@@ -151,7 +153,7 @@ func New(cfg Config) *Admitter {
 	a := &Admitter{
 		cfg:      cfg,
 		store:    store.New(),
-		sched:    scheduler.New(),
+		sched:    scheduler.New(scheduler.WithFairSharing(cfg.FairSharing)),
 		trigger:  make(chan struct{}, 1),
 		policies: newPolicies(cfg.StartDefault),
 	}

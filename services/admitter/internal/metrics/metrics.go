@@ -25,6 +25,11 @@ type Metrics struct {
 	// AdmittedWorkloads is the number of admitted, unfinished workloads, per
 	// ClusterQueue.
 	AdmittedWorkloads *prometheus.GaugeVec
+	// ClusterQueueWeightedShare and CohortWeightedShare are each
+	// ClusterQueue's and Cohort's fair-sharing share, unrounded (+Inf for
+	// a weight of 0 while borrowing); set only with fair sharing on.
+	ClusterQueueWeightedShare *prometheus.GaugeVec
+	CohortWeightedShare       *prometheus.GaugeVec
 	// CheckCallDuration times calls to admission-check providers, per
 	// check and method.
 	CheckCallDuration *prometheus.HistogramVec
@@ -94,6 +99,14 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: namespace, Name: "admitted_workloads",
 			Help: "Admitted workloads that have not finished, per ClusterQueue.",
 		}, []string{"cluster_queue"}),
+		ClusterQueueWeightedShare: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "cluster_queue_weighted_share",
+			Help: "Fair-sharing share of a ClusterQueue: the most, over resources, of what it borrows per 1000 of what its cohort could lend it, divided by its weight (+Inf for weight 0 while borrowing).",
+		}, []string{"cluster_queue"}),
+		CohortWeightedShare: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "cohort_weighted_share",
+			Help: "Fair-sharing share of a Cohort in its parent: the most, over resources, of what its subtree borrows per 1000 of what its parent could lend it, divided by its weight (+Inf for weight 0 while borrowing).",
+		}, []string{"cohort"}),
 		CheckCallDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "check_call_duration_seconds",
 			Help:    "Latency of calls to admission-check providers.",
@@ -168,6 +181,8 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.PendingWorkloads = register(m.PendingWorkloads).(*prometheus.GaugeVec)
 	m.ReservingWorkloads = register(m.ReservingWorkloads).(*prometheus.GaugeVec)
 	m.AdmittedWorkloads = register(m.AdmittedWorkloads).(*prometheus.GaugeVec)
+	m.ClusterQueueWeightedShare = register(m.ClusterQueueWeightedShare).(*prometheus.GaugeVec)
+	m.CohortWeightedShare = register(m.CohortWeightedShare).(*prometheus.GaugeVec)
 	m.CheckCallDuration = register(m.CheckCallDuration).(*prometheus.HistogramVec)
 	m.CheckCallErrors = register(m.CheckCallErrors).(*prometheus.CounterVec)
 	m.DecisionsStreamed = register(m.DecisionsStreamed).(*prometheus.CounterVec)

@@ -1,9 +1,11 @@
 // Package queuestatus reports what the scheduler knows of each queue: the
 // status of every ClusterQueue, Cohort and LocalQueue (Active condition,
-// workload counts, quota reserved, borrowed and lent per flavor), written at most once per interval
-// and only when it differs; the per-ClusterQueue gauges, whose series are
-// deleted with their queue; and one summary Event per ClusterQueue and
-// interval for what it admitted, instead of one per workload.
+// workload counts, quota reserved, borrowed and lent per flavor, and the
+// fair-sharing share while fair sharing is on), written at most once per
+// interval and only when it differs; the per-ClusterQueue and per-Cohort
+// gauges, whose series are deleted with their queue or Cohort; and one
+// summary Event per ClusterQueue and interval for what it admitted,
+// instead of one per workload.
 package queuestatus
 
 import (
@@ -21,6 +23,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 	"github.com/sluice-dev/sluice/services/admitter/internal/lifecycle"
 	"github.com/sluice-dev/sluice/services/admitter/internal/metrics"
+	"github.com/sluice-dev/sluice/services/admitter/internal/quota"
 	"github.com/sluice-dev/sluice/services/admitter/internal/scheduler"
 	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
 )
@@ -54,8 +57,10 @@ type Reporter struct {
 
 	mu        sync.Mutex
 	summaries map[string]*summary
-	// gauged are the ClusterQueues whose gauge series exist.
-	gauged map[string]bool
+	// gauged are the ClusterQueues whose gauge series exist, and
+	// gaugedCohorts the Cohorts whose share series exist.
+	gauged        map[string]bool
+	gaugedCohorts map[string]bool
 }
 
 type summary struct{ reserved, admitted int }
@@ -68,7 +73,7 @@ func New(cfg Config) *Reporter {
 	if cfg.EventInterval <= 0 {
 		cfg.EventInterval = DefaultEventInterval
 	}
-	return &Reporter{cfg: cfg, summaries: map[string]*summary{}, gauged: map[string]bool{}}
+	return &Reporter{cfg: cfg, summaries: map[string]*summary{}, gauged: map[string]bool{}, gaugedCohorts: map[string]bool{}}
 }
 
 // Reserved counts a reservation for the next summary Event.
@@ -120,10 +125,13 @@ func (r *Reporter) Report(ctx context.Context) {
 		want.Status.ReservingWorkloads = s.Counts.Reserving
 		want.Status.AdmittedWorkloads = s.Counts.Admitted
 		want.Status.FlavorsReservation = s.Flavors
+		want.Status.FairSharing = fairSharingStatus(s.Share)
 		r.patch(ctx, &cq, want, cq.Status, want.Status)
 	}
 	if r.cfg.CohortStatuses != nil {
-		for name, s := range r.cfg.CohortStatuses() {
+		cohorts := r.cfg.CohortStatuses()
+		r.setCohortGauges(cohorts)
+		for name, s := range cohorts {
 			var co v1alpha1.Cohort
 			if err := r.cfg.Reader.Get(ctx, client.ObjectKey{Name: name}, &co); err != nil {
 				continue
@@ -131,6 +139,7 @@ func (r *Reporter) Report(ctx context.Context) {
 			want := co.DeepCopy()
 			workload.SetCondition(&want.Status.Conditions, v1alpha1.ClusterQueueActive, conditionStatus(s.Active), s.Reason, s.Message, co.Generation)
 			want.Status.FlavorsReservation = s.Flavors
+			want.Status.FairSharing = fairSharingStatus(s.Share)
 			r.patch(ctx, &co, want, co.Status, want.Status)
 		}
 	}
@@ -156,6 +165,9 @@ func (r *Reporter) setGauges(cqs map[string]scheduler.ClusterQueueStatus) {
 		m.PendingWorkloads.WithLabelValues(name).Set(float64(s.Counts.Pending))
 		m.ReservingWorkloads.WithLabelValues(name).Set(float64(s.Counts.Reserving))
 		m.AdmittedWorkloads.WithLabelValues(name).Set(float64(s.Counts.Admitted))
+		if s.Share != nil {
+			m.ClusterQueueWeightedShare.WithLabelValues(name).Set(s.Share.Value())
+		}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -164,12 +176,46 @@ func (r *Reporter) setGauges(cqs map[string]scheduler.ClusterQueueStatus) {
 			m.PendingWorkloads.DeleteLabelValues(name)
 			m.ReservingWorkloads.DeleteLabelValues(name)
 			m.AdmittedWorkloads.DeleteLabelValues(name)
+			m.ClusterQueueWeightedShare.DeleteLabelValues(name)
 			delete(r.gauged, name)
 		}
 	}
 	for name := range cqs {
 		r.gauged[name] = true
 	}
+}
+
+// setCohortGauges sets the per-Cohort share gauges and deletes the series
+// of Cohorts that are gone.
+func (r *Reporter) setCohortGauges(cohorts map[string]scheduler.CohortStatus) {
+	m := r.cfg.Metrics
+	for name, s := range cohorts {
+		if s.Share != nil {
+			m.CohortWeightedShare.WithLabelValues(name).Set(s.Share.Value())
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for name := range r.gaugedCohorts {
+		if _, ok := cohorts[name]; !ok {
+			m.CohortWeightedShare.DeleteLabelValues(name)
+			delete(r.gaugedCohorts, name)
+		}
+	}
+	for name, s := range cohorts {
+		if s.Share != nil {
+			r.gaugedCohorts[name] = true
+		}
+	}
+}
+
+// fairSharingStatus is the status of a share: nil (the field cleared)
+// while fair sharing is off.
+func fairSharingStatus(share *quota.Share) *v1alpha1.FairSharingStatus {
+	if share == nil {
+		return nil
+	}
+	return &v1alpha1.FairSharingStatus{WeightedShare: share.Weighted()}
 }
 
 // patch writes want's status when it differs from orig's. The admitter

@@ -82,6 +82,9 @@ func AmountOf(res corev1.ResourceName, q resource.Quantity) int64 {
 // allows; nothing of its pool is then available until usage drops, while
 // what a node keeps local stays available to it.
 //
+// Every node also has a fair-sharing weight, and a share of what its
+// parent could lend it that it borrows (see Share).
+//
 // Unknown names read as zero (or false, or nil), and changing the usage of
 // an unknown ClusterQueue does nothing.
 //
@@ -89,7 +92,8 @@ func AmountOf(res corev1.ResourceName, q resource.Quantity) int64 {
 // are exact as long as the totals of a tree fit in an int64.
 //
 // Usage changes and queries cost time proportional to the depth of the
-// tree; structural changes (Set*, Delete*) recompute the whole tree.
+// tree; structural changes (SetClusterQueue, SetCohort, Delete*) recompute
+// the whole tree; setting a weight does not.
 //
 // A Tree is not safe for concurrent use.
 type Tree struct {
@@ -99,6 +103,10 @@ type Tree struct {
 	// cohorts are the explicit and implicit Cohorts, derived from the
 	// ClusterQueues and cohortSpecs by rebuild.
 	cohorts map[string]*node
+	// cohortWeights are the fair-sharing weights of explicit Cohorts
+	// other than DefaultWeight, kept apart from cohortSpecs because a
+	// weight changes no quota figure (see SetCohortWeight).
+	cohortWeights map[string]float64
 }
 
 type cohortSpec struct {
@@ -125,6 +133,11 @@ type node struct {
 	// usage is held by admitted workloads for a ClusterQueue; derived (and
 	// kept up to date incrementally) for a Cohort.
 	usage map[FR]int64
+	// weight is the node's fair-sharing weight.
+	weight float64
+	// childLendable is, for a Cohort, what its children's shares are
+	// measured against (see setChildLendable); derived by rebuild.
+	childLendable map[corev1.ResourceName]int64
 }
 
 // NewTree returns an empty Tree.
@@ -133,6 +146,7 @@ func NewTree() *Tree {
 		clusterQueues: map[string]*node{},
 		cohortSpecs:   map[string]cohortSpec{},
 		cohorts:       map[string]*node{},
+		cohortWeights: map[string]float64{},
 	}
 }
 
@@ -141,7 +155,7 @@ func NewTree() *Tree {
 func (t *Tree) SetClusterQueue(name, cohort string, quotas map[FR]Quota) {
 	cq := t.clusterQueues[name]
 	if cq == nil {
-		cq = &node{name: name, usage: map[FR]int64{}}
+		cq = &node{name: name, usage: map[FR]int64{}, weight: DefaultWeight}
 		t.clusterQueues[name] = cq
 	}
 	cq.parentName = cohort
@@ -173,8 +187,9 @@ func (t *Tree) SetCohort(name, parent string, quotas map[FR]Quota) {
 
 // DeleteCohort removes the explicit Cohort name. If ClusterQueues or
 // Cohorts still name it, it lives on as an implicit Cohort: without its
-// quotas, its limits and its parent.
+// quotas, its limits, its parent and its weight.
 func (t *Tree) DeleteCohort(name string) {
+	t.SetCohortWeight(name, DefaultWeight)
 	if _, ok := t.cohortSpecs[name]; !ok {
 		return
 	}
@@ -656,13 +671,23 @@ func (t *Tree) rebuild() {
 			cq.aggregate()
 		}
 	}
+	for _, c := range t.cohorts {
+		root := c
+		for root.parent != nil {
+			root = root.parent
+		}
+		c.setChildLendable(root)
+	}
 }
 
 // cohort returns the Cohort name, creating it as an implicit one.
 func (t *Tree) cohort(name string) *node {
 	n := t.cohorts[name]
 	if n == nil {
-		n = &node{name: name, isCohort: true}
+		n = &node{name: name, isCohort: true, weight: DefaultWeight}
+		if w, ok := t.cohortWeights[name]; ok {
+			n.weight = w
+		}
 		t.cohorts[name] = n
 	}
 	return n

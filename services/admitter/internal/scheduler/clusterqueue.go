@@ -243,6 +243,7 @@ func shapeResources(wl *v1alpha1.Workload) []corev1.ResourceName {
 func (cq *clusterQueue) setSpec(spec *v1alpha1.ClusterQueue, flavors map[string]*v1alpha1.ResourceFlavor, checks map[string]*v1alpha1.AdmissionCheck) {
 	cq.spec = spec
 	cq.tree.SetClusterQueue(cq.name, spec.Spec.CohortName, quota.QuotasOf(spec.Spec.ResourceGroups))
+	cq.tree.SetClusterQueueWeight(cq.name, quota.WeightOf(spec.Spec.FairSharing))
 	cq.refresh(flavors, checks)
 	cq.selector = labels.Everything()
 	if spec.Spec.NamespaceSelector != nil {

@@ -99,6 +99,7 @@ func (s *Scheduler) SetCohort(obj *v1alpha1.Cohort) {
 	s.cohorts[obj.Name] = obj
 	s.cohortChanged(obj.Name, func() {
 		s.tree.SetCohort(obj.Name, obj.Spec.ParentName, quota.QuotasOf(obj.Spec.ResourceGroups))
+		s.tree.SetCohortWeight(obj.Name, quota.WeightOf(obj.Spec.FairSharing))
 	})
 }
 

@@ -90,6 +90,8 @@ type Scheduler struct {
 	// uid and resourceVersion, so a late older version cannot bring one
 	// back; Forget clears the mark when the Workload is deleted.
 	retired map[types.NamespacedName]mark
+	// fairSharing is the fair-sharing setting (see WithFairSharing).
+	fairSharing FairSharing
 }
 
 type mark struct {
@@ -97,9 +99,9 @@ type mark struct {
 	resourceVersion string
 }
 
-// New returns an empty Scheduler.
-func New() *Scheduler {
-	return &Scheduler{
+// New returns an empty Scheduler, adjusted by opts.
+func New(opts ...Option) *Scheduler {
+	s := &Scheduler{
 		clusterQueues: map[string]*clusterQueue{},
 		cohorts:       map[string]*v1alpha1.Cohort{},
 		tree:          quota.NewTree(),
@@ -119,6 +121,10 @@ func New() *Scheduler {
 		held:          entryHeap{less: byRequeueTime},
 		retired:       map[types.NamespacedName]mark{},
 	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // placement is where a workload counts.

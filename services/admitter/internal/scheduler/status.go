@@ -21,6 +21,9 @@ type ClusterQueueStatus struct {
 	// Flavors is the quota reserved per flavor and covered resource, and
 	// in a cohort what of it is borrowed and what of the quota is lent.
 	Flavors []v1alpha1.FlavorUsage
+	// Share is the queue's fair-sharing share; nil while fair sharing is
+	// off.
+	Share *quota.Share
 }
 
 // CohortStatus is what a Cohort's status reports.
@@ -30,6 +33,9 @@ type CohortStatus struct {
 	// Flavors is, per flavor and resource, what the subtree's ClusterQueues
 	// hold, borrow from the parent and lend it.
 	Flavors []v1alpha1.FlavorUsage
+	// Share is the Cohort's fair-sharing share in its parent; nil while
+	// fair sharing is off.
+	Share *quota.Share
 }
 
 // LocalQueueStatus is what a LocalQueue's status reports.
@@ -71,6 +77,10 @@ func (s *Scheduler) CohortStatuses() map[string]CohortStatus {
 			slices.SortFunc(resources, func(a, b v1alpha1.ResourceUsage) int { return strings.Compare(string(a.Name), string(b.Name)) })
 			st.Flavors = append(st.Flavors, v1alpha1.FlavorUsage{Name: flavor, Resources: resources})
 		}
+		if s.fairSharing.Enabled {
+			share := s.tree.CohortShare(name)
+			st.Share = &share
+		}
 		out[name] = st
 	}
 	return out
@@ -110,6 +120,10 @@ func (s *Scheduler) Statuses() (map[string]ClusterQueueStatus, map[types.Namespa
 				}
 				st.Flavors = append(st.Flavors, fu)
 			}
+		}
+		if s.fairSharing.Enabled {
+			share := s.tree.ClusterQueueShare(name, nil)
+			st.Share = &share
 		}
 		cqs[name] = st
 	}
