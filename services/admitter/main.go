@@ -79,7 +79,7 @@ func run() error {
 	fs.DurationVar(&releaseWait, "release-wait", app.DefaultReleaseWait,
 		"how long a deleted Workload waits, from its deletion, for an admission-check provider that fails its Release; then the Release is kept in the AdmissionCheck's status.owedReleases, delivered when the provider answers, and the Workload goes (0: at the first failure)")
 	fs.BoolVar(&cfg.FairSharing.Enabled, "fair-sharing", false,
-		"share each cohort's quota fairly among its members by weighted dominant resource share (spec.fairSharing.weight); each ClusterQueue's and Cohort's share is in its status.fairSharing.weightedShare")
+		"admit the workloads of a cohort tree in the order of their queues' weighted dominant resource shares (spec.fairSharing.weight); each ClusterQueue's and Cohort's share is in its status.fairSharing.weightedShare")
 	strategies := app.DefaultFairSharingPreemptionStrategies
 	fs.StringVar(&strategies, "fair-sharing-preemption-strategies", app.DefaultFairSharingPreemptionStrategies,
 		"with --fair-sharing, the rules of preemption by share, in order: LessThanOrEqualToFinalShare, LessThanInitialShare, or LessThanOrEqualToFinalShare,LessThanInitialShare")

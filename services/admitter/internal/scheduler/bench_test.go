@@ -105,12 +105,17 @@ func (f *fixture) record(plan Plan, admitted [][]*v1alpha1.Workload) {
 // BenchmarkCycleNoCohorts is the same cycle with the same queues, quotas
 // and workloads, but no cohorts (and no borrowingLimit): only the 25
 // queues where quota was freed are woken. The cost of sharing is the
-// difference.
+// difference. BenchmarkCycleCohorts/fairSharing is the cohorts' cycle with
+// fair sharing on, which admits each tree's heads by share (fairOrder):
+// the cost of that order is its difference to BenchmarkCycleCohorts.
 //
 //	go test -run '^$' -bench 'Cycle.*Cohorts' -benchmem ./services/admitter/internal/scheduler/
 func BenchmarkCycleCohorts(b *testing.B) {
 	for _, pending := range []int{100, 1000, 10000} {
 		b.Run(fmt.Sprintf("pending=%d", pending), func(b *testing.B) { benchmarkFreedCycle(b, pending, true) })
+	}
+	for _, pending := range []int{100, 1000, 10000} {
+		b.Run(fmt.Sprintf("fairSharing/pending=%d", pending), func(b *testing.B) { benchmarkFreedCycle(b, pending, true, fairSharingOn) })
 	}
 }
 
@@ -120,9 +125,9 @@ func BenchmarkCycleNoCohorts(b *testing.B) {
 	}
 }
 
-func benchmarkFreedCycle(b *testing.B, pending int, cohorts bool) {
+func benchmarkFreedCycle(b *testing.B, pending int, cohorts bool, opts ...Option) {
 	const queues, perCohort = 50, 10
-	f := newFixture(b)
+	f := newFairFixture(b, opts...)
 	seq := 0
 	add := func(q int) {
 		seq++

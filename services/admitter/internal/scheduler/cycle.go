@@ -68,6 +68,18 @@ type candidate struct {
 	e   *entry
 	cq  *clusterQueue
 	asg quota.Assignment
+	// amounts is asg's usage as the quota tree counts it, once computed
+	// (see usageAmounts).
+	amounts map[quota.FR]int64
+}
+
+// usageAmounts is c's usage as the quota tree counts it, computed once:
+// the fair order and the check that a head still fits both need it.
+func (c *candidate) usageAmounts() map[quota.FR]int64 {
+	if c.amounts == nil {
+		c.amounts = quota.Amounts(c.asg.Usage)
+	}
+	return c.amounts
 }
 
 // compareCandidates orders the heads of a round: higher priority first,
@@ -91,7 +103,8 @@ func compareCandidates(a, b candidate) int {
 
 // Cycle runs one scheduling pass at now. Round after round, it takes the
 // head of every ClusterQueue that has one, finds where it fits, and admits
-// the heads that fit in compareCandidates order; a head that does not fit
+// the heads that fit in compareCandidates order (with fair sharing on, a
+// cohort tree's heads by share: see fairOrder); a head that does not fit
 // is parked with the reason (in a StrictFIFO queue it blocks the queue
 // instead). Queues that cannot admit park their workloads with the reason.
 func (s *Scheduler) Cycle(now time.Time) Plan {
@@ -127,72 +140,32 @@ func (s *Scheduler) Cycle(now time.Time) Plan {
 		runnable = append(runnable, cq)
 	}
 
-	var flavors map[string]*v1alpha1.ResourceFlavor
 	for len(runnable) > 0 && plan.Tried < MaxTriesPerCycle {
 		var heads []candidate
 		next := runnable[:0]
 		for _, cq := range runnable {
-			if cq.blockedBy != nil {
-				continue
+			switch c, fits, again := s.offer(&plan, cq); {
+			case fits:
+				heads = append(heads, c)
+			case again:
+				next = append(next, cq)
 			}
-			e := cq.next()
-			if e == nil {
-				continue
-			}
-			plan.Tried++
-			var asg quota.Assignment
-			var err error
-			var wait string
-			if policy, ok := policyOf(cq.spec); ok {
-				asg, wait, err = s.tryPreemption(&plan, cq, e, policy)
-			} else {
-				asg, err = quota.Assign(cq.spec, e.wl.Spec.PodSets, s.flavors, s.tree)
-			}
-			if err == nil && wait == "" {
-				heads = append(heads, candidate{e: e, cq: cq, asg: asg})
-				continue
-			}
-			var unfit *quota.UnfitError
-			permanent := errors.As(err, &unfit) && unfit.Permanent
-			if wait == "" {
-				wait = err.Error()
-			}
-			if cq.spec.Spec.QueueingStrategy == v1alpha1.StrictFIFO && !permanent {
-				s.block(&plan, cq, e, wait)
-				continue
-			}
-			cq.miss(e, wait, permanent)
-			s.tell(&plan, e, wait)
-			next = append(next, cq)
 		}
 		slices.SortFunc(heads, compareCandidates)
-		// Heads were assigned against the quota as the round found it. A
-		// head whose tree of cohorts an earlier head of the round took
-		// quota in may no longer fit: it stays first in its queue and is
-		// tried again in the next round, against what is left.
-		var taken map[string]bool
+		var fair *fairOrder
+		if s.fairSharing.Enabled {
+			fair = newFairOrder(s.tree, heads)
+		}
+		taken := map[string]bool{}
 		for _, c := range heads {
-			if root := s.tree.Root(c.cq.name); root != "" {
-				if taken[root] && !s.tree.Fits(c.cq.name, quota.Amounts(c.asg.Usage)) {
-					next = append(next, c.cq)
-					continue
-				}
-				if taken == nil {
-					taken = map[string]bool{}
-				}
-				taken[root] = true
+			if root := s.tree.Root(c.cq.name); fair != nil && root != "" {
+				// Fair sharing admits the heads of a tree together,
+				// where the first of them comes, by their queues'
+				// shares (see fairOrder).
+				next = s.reserveFairly(&plan, fair, root, taken, next)
+				continue
 			}
-			if flavors == nil {
-				flavors = maps.Clone(s.flavors)
-			}
-			s.assume(c)
-			plan.Reservations = append(plan.Reservations, Reservation{
-				Workload:     c.e.wl,
-				ClusterQueue: c.cq.spec,
-				Assignment:   c.asg,
-				Checks:       ChecksFor(c.cq.spec, c.asg),
-				Flavors:      flavors,
-			})
+			s.admit(&plan, c, taken)
 			next = append(next, c.cq)
 		}
 		runnable = next
@@ -205,6 +178,76 @@ func (s *Scheduler) Cycle(now time.Time) Plan {
 	s.drainMessages(&plan)
 	s.drainQueues(&plan)
 	return plan
+}
+
+// offer tries cq's next head against the quota as it is now. fits says
+// the head, c, can be reserved; otherwise again says cq has more to try in
+// the next round: its head did not fit and was parked with the reason,
+// while a queue with nothing to try, or a StrictFIFO queue the head now
+// blocks, has not.
+func (s *Scheduler) offer(plan *Plan, cq *clusterQueue) (c candidate, fits, again bool) {
+	if cq.blockedBy != nil {
+		return c, false, false
+	}
+	e := cq.next()
+	if e == nil {
+		return c, false, false
+	}
+	plan.Tried++
+	var asg quota.Assignment
+	var err error
+	var wait string
+	if policy, ok := policyOf(cq.spec); ok {
+		asg, wait, err = s.tryPreemption(plan, cq, e, policy)
+	} else {
+		asg, err = quota.Assign(cq.spec, e.wl.Spec.PodSets, s.flavors, s.tree)
+	}
+	if err == nil && wait == "" {
+		return candidate{e: e, cq: cq, asg: asg}, true, false
+	}
+	var unfit *quota.UnfitError
+	permanent := errors.As(err, &unfit) && unfit.Permanent
+	if wait == "" {
+		wait = err.Error()
+	}
+	if cq.spec.Spec.QueueingStrategy == v1alpha1.StrictFIFO && !permanent {
+		s.block(plan, cq, e, wait)
+		return c, false, false
+	}
+	cq.miss(e, wait, permanent)
+	s.tell(plan, e, wait)
+	return c, false, true
+}
+
+// admit reserves c, found to fit when it was offered, and reports
+// whether it did. A head whose tree of cohorts an earlier head of the
+// round took quota in (taken holds the roots of those trees) may no
+// longer fit: it stays first in its queue and is tried again in the next
+// round, against what is left.
+func (s *Scheduler) admit(plan *Plan, c candidate, taken map[string]bool) bool {
+	if root := s.tree.Root(c.cq.name); root != "" {
+		if taken[root] && !s.tree.Fits(c.cq.name, c.usageAmounts()) {
+			return false
+		}
+		taken[root] = true
+	}
+	// Every reservation of a cycle records the flavors as the cycle
+	// found them: one copy, made by the first.
+	var flavors map[string]*v1alpha1.ResourceFlavor
+	if len(plan.Reservations) > 0 {
+		flavors = plan.Reservations[0].Flavors
+	} else {
+		flavors = maps.Clone(s.flavors)
+	}
+	s.assume(c)
+	plan.Reservations = append(plan.Reservations, Reservation{
+		Workload:     c.e.wl,
+		ClusterQueue: c.cq.spec,
+		Assignment:   c.asg,
+		Checks:       ChecksFor(c.cq.spec, c.asg),
+		Flavors:      flavors,
+	})
+	return true
 }
 
 // drainQueues hands out, once per version, every workload that holds

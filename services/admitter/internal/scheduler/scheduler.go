@@ -4,15 +4,16 @@
 // AdmissionCheck, Cohort and Namespace the informers see — and holds each
 // pending workload in its ClusterQueue's ordered queue and each
 // reservation's usage in its ClusterQueue's total and in the quota tree
-// through which ClusterQueues of a cohort borrow and lend. A cycle therefore costs the heads it tries,
-// not every workload known: workloads that did not fit are parked until
+// through which ClusterQueues of a cohort borrow and lend. A cycle
+// therefore costs the heads it tries, not every workload known: workloads that did not fit are parked until
 // something that could change the answer happens (quota freed, a queue or
 // flavor changed).
 //
 // A cycle takes one head per ClusterQueue at a time and admits the heads in
 // the order users of Kueue know: higher priority first, then the ones that
-// fit without borrowing, then the ones that have waited longest. A head
-// that does not fit, in a queue whose preemption policy allows, claims
+// fit without borrowing, then the ones that have waited longest; with fair
+// sharing on, the heads of a cohort tree go by their queues' weighted
+// shares instead (see fairOrder). A head that does not fit, in a queue whose preemption policy allows, claims
 // victims (see package preemption) and waits for them to stop; a claimed
 // victim is not counted on by another preemptor. It does no I/O: it
 // returns a Plan — reservations to write, workloads to evict and messages
