@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -127,16 +126,7 @@ func TestHoldAndDrainGroupOfALocalQueue(t *testing.T) {
 	}
 	waitEvictedFor(ctx, t, rec, wl.Name, sluicev1alpha1.ReasonLocalQueueStopped,
 		"LocalQueue "+cq+" drains (stopPolicy HoldAndDrain): the group's pods are deleted; it queues again once they are all created again")
-	var cur sluicev1alpha1.Workload
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(wl), &cur); err != nil {
-			return false, nil
-		}
-		return cur.Status.Admission == nil && meta.IsStatusConditionTrue(cur.Status.Conditions, sluicev1alpha1.WorkloadWaitingForReplacementPods), nil
-	})
-	if err != nil {
-		t.Fatalf("the drained group's Workload does not wait for its pods without quota: %s", describe(&cur))
-	}
+	waitGroupWaitsForPods(ctx, t, wl, "drained")
 
 	accepted(ctx, t, alice, "patch", "localqueue", cq, "--type=merge", "-p", `{"spec":{"stopPolicy":"None"}}`)
 	pods = group()

@@ -375,17 +375,7 @@ func TestPreemptGroupWhole(t *testing.T) {
 	waitAllGone(ctx, t, "of the preempted group", pods...)
 	waitEvictedFor(ctx, t, rec, groupWl.Name, sluicev1alpha1.ReasonPreempted, preemptedBy(preemptorWl, urgentPriority, cq)+
 		"it has a lower priority in the same ClusterQueue (withinClusterQueue LowerPriority)"+groupWaitsForPods)
-	var cur sluicev1alpha1.Workload
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(groupWl), &cur); err != nil {
-			return false, nil
-		}
-		return cur.Status.Admission == nil && meta.IsStatusConditionTrue(cur.Status.Conditions, sluicev1alpha1.WorkloadWaitingForReplacementPods), nil
-	})
-	if err != nil {
-		t.Fatalf("the preempted group's Workload does not wait for its pods without quota: %s", describe(&cur))
-	}
-	if cur.UID != groupWl.UID {
+	if cur := waitGroupWaitsForPods(ctx, t, groupWl, "preempted"); cur.UID != groupWl.UID {
 		t.Fatalf("the preempted group's Workload was replaced (uid %s, was %s)", cur.UID, groupWl.UID)
 	}
 	waitPod(ctx, t, preemptor, "running in the group's place", running)
@@ -455,4 +445,22 @@ func TestPreemptFlavorFungibility(t *testing.T) {
 			}
 		})
 	}
+}
+
+// waitGroupWaitsForPods waits until the evicted (how: "preempted",
+// "drained") group's Workload wl holds no quota and waits for its pods to
+// be created again, and returns it as it then is.
+func waitGroupWaitsForPods(ctx context.Context, t *testing.T, wl *sluicev1alpha1.Workload, how string) *sluicev1alpha1.Workload {
+	t.Helper()
+	var cur sluicev1alpha1.Workload
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(wl), &cur); err != nil {
+			return false, nil
+		}
+		return cur.Status.Admission == nil && meta.IsStatusConditionTrue(cur.Status.Conditions, sluicev1alpha1.WorkloadWaitingForReplacementPods), nil
+	})
+	if err != nil {
+		t.Fatalf("the %s group's Workload does not wait for its pods without quota: %s", how, describe(&cur))
+	}
+	return &cur
 }

@@ -126,21 +126,30 @@ func crashEviction(t *testing.T, point string) {
 	}
 
 	// Every pod write once.
-	for _, p := range []*corev1.Pod{p1, p2} {
+	checkPodWritesOnce(t, hist, writes, []*corev1.Pod{p1, p2}, 1, "P1")
+}
+
+// checkPodWritesOnce checks that sluice wrote each of pods once of each
+// kind: one ungate and one finalizer removal each, and, for the stopped
+// of them (named by which), one DisruptionTarget status patch and one
+// delete each; kwok's own writes are not sluice's.
+func checkPodWritesOnce(t *testing.T, hist *history, writes podWrites, pods []*corev1.Pod, stopped int, which string) {
+	t.Helper()
+	for _, p := range pods {
 		if n := hist.ungates(p.Name); n != 1 {
 			t.Errorf("%s was ungated %d times, want 1", p.Name, n)
 		}
 	}
-	if !writes.patches.is(4) {
-		t.Errorf("the pods were patched %v times, want 4: one ungate and one finalizer removal each; the pods' history:%s",
-			writes.patches, hist.podStory())
+	if want := 2 * len(pods); !writes.patches.is(want) {
+		t.Errorf("the pods were patched %v times, want %d: one ungate and one finalizer removal each; the pods' history:%s",
+			writes.patches, want, hist.podStory())
 	}
 	kwokStatus, kwokDeletes := hist.kwokWrites()
-	if n := writes.statusPatches.less(kwokStatus); !n.is(1) {
-		t.Errorf("the grouper patched pod status %v times (%v patches, %d of them kwok's), want 1: P1's DisruptionTarget",
-			n, writes.statusPatches, kwokStatus)
+	if n := writes.statusPatches.less(kwokStatus); !n.is(stopped) {
+		t.Errorf("the grouper patched pod status %v times (%v patches, %d of them kwok's), want %d: %s's DisruptionTarget",
+			n, writes.statusPatches, kwokStatus, stopped, which)
 	}
-	if n := writes.deletes.less(kwokDeletes); !n.is(1) {
-		t.Errorf("the grouper deleted pods %v times (%v deletes, %d of them kwok's), want 1: P1", n, writes.deletes, kwokDeletes)
+	if n := writes.deletes.less(kwokDeletes); !n.is(stopped) {
+		t.Errorf("the grouper deleted pods %v times (%v deletes, %d of them kwok's), want %d: %s", n, writes.deletes, kwokDeletes, stopped, which)
 	}
 }

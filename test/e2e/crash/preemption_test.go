@@ -158,23 +158,7 @@ func TestCrashPreemption(t *testing.T) {
 
 	// Every pod write once: an ungate and a finalizer removal for each of
 	// the three pods; a DisruptionTarget and a delete for each victim.
-	for _, p := range []*corev1.Pod{victims[0], victims[1], preemptor} {
-		if n := hist.ungates(p.Name); n != 1 {
-			t.Errorf("%s was ungated %d times, want 1", p.Name, n)
-		}
-	}
-	if !writes.patches.is(6) {
-		t.Errorf("the pods were patched %v times, want 6: one ungate and one finalizer removal each; the pods' history:%s",
-			writes.patches, hist.podStory())
-	}
-	kwokStatus, kwokDeletes := hist.kwokWrites()
-	if n := writes.statusPatches.less(kwokStatus); !n.is(2) {
-		t.Errorf("the grouper patched pod status %v times (%v patches, %d of them kwok's), want 2: each victim's DisruptionTarget",
-			n, writes.statusPatches, kwokStatus)
-	}
-	if n := writes.deletes.less(kwokDeletes); !n.is(2) {
-		t.Errorf("the grouper deleted pods %v times (%v deletes, %d of them kwok's), want 2: the victims", n, writes.deletes, kwokDeletes)
-	}
+	checkPodWritesOnce(t, hist, writes, []*corev1.Pod{victims[0], victims[1], preemptor}, 2, "the victims")
 }
 
 // countEvicted counts the Workloads of wls that are Evicted now.
