@@ -38,6 +38,7 @@ import (
 	"github.com/sluice-dev/sluice/services/admitter/internal/controller"
 	"github.com/sluice-dev/sluice/services/admitter/internal/lifecycle"
 	"github.com/sluice-dev/sluice/services/admitter/internal/metrics"
+	"github.com/sluice-dev/sluice/services/admitter/internal/preemption"
 	"github.com/sluice-dev/sluice/services/admitter/internal/releases"
 	"github.com/sluice-dev/sluice/services/admitter/internal/scheduler"
 	"github.com/sluice-dev/sluice/services/admitter/internal/server"
@@ -63,7 +64,7 @@ const (
 	DefaultReleaseWait = releases.DefaultWait
 	// DefaultFairSharingPreemptionStrategies is the fair-sharing
 	// preemption strategy list unless set.
-	DefaultFairSharingPreemptionStrategies = string(scheduler.LessThanOrEqualToFinalShare) + "," + string(scheduler.LessThanInitialShare)
+	DefaultFairSharingPreemptionStrategies = string(preemption.LessThanOrEqualToFinalShare) + "," + string(preemption.LessThanInitialShare)
 )
 
 // Config is everything the admitter needs to run.
@@ -224,7 +225,7 @@ func (f FairSharing) setting() (scheduler.FairSharing, error) {
 	if f.PreemptionStrategies != nil {
 		list = strings.Join(f.PreemptionStrategies, ",")
 	}
-	strategies, err := scheduler.ParsePreemptionStrategies(list)
+	strategies, err := preemption.ParseStrategies(list)
 	if err != nil {
 		return scheduler.FairSharing{}, fmt.Errorf("admitter config: --fair-sharing-preemption-strategies %w", err)
 	}

@@ -5,26 +5,26 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-dev/sluice/services/admitter/internal/scheduler"
+	"github.com/sluice-dev/sluice/services/admitter/internal/preemption"
 )
 
 // TestFairSharing: unset strategies take the default pair; each allowed
 // list is taken as written; anything else is refused naming the flag and
 // the rule, with fair sharing on or off.
 func TestFairSharing(t *testing.T) {
-	pair := []scheduler.PreemptionStrategy{scheduler.LessThanOrEqualToFinalShare, scheduler.LessThanInitialShare}
+	pair := []preemption.Strategy{preemption.LessThanOrEqualToFinalShare, preemption.LessThanInitialShare}
 	for _, tt := range []struct {
 		name string
 		set  FairSharing
-		want []scheduler.PreemptionStrategy // nil: refused
+		want []preemption.Strategy // nil: refused
 	}{
 		{"off, unset", FairSharing{}, pair},
 		{"on, unset", FairSharing{Enabled: true}, pair},
 		{"the pair", FairSharing{Enabled: true, PreemptionStrategies: []string{"LessThanOrEqualToFinalShare", "LessThanInitialShare"}}, pair},
 		{"final share alone", FairSharing{Enabled: true, PreemptionStrategies: []string{"LessThanOrEqualToFinalShare"}},
-			[]scheduler.PreemptionStrategy{scheduler.LessThanOrEqualToFinalShare}},
+			[]preemption.Strategy{preemption.LessThanOrEqualToFinalShare}},
 		{"initial share alone", FairSharing{Enabled: true, PreemptionStrategies: []string{"LessThanInitialShare"}},
-			[]scheduler.PreemptionStrategy{scheduler.LessThanInitialShare}},
+			[]preemption.Strategy{preemption.LessThanInitialShare}},
 		{"the pair reversed", FairSharing{Enabled: true, PreemptionStrategies: []string{"LessThanInitialShare", "LessThanOrEqualToFinalShare"}}, nil},
 		{"empty", FairSharing{Enabled: true, PreemptionStrategies: []string{""}}, nil},
 		{"unknown, with fair sharing off", FairSharing{PreemptionStrategies: []string{"Never"}}, nil},

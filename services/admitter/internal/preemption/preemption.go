@@ -27,6 +27,10 @@
 // is put back, from the last but one to the first, if the workload fits
 // without it. A workload that would not fit even with every candidate
 // gone gets no victims; Blocked says why, when a policy is the reason.
+//
+// Under fair sharing, FairTargets and FairBlocked take their place: the
+// weighted shares of the queues and Cohorts decide whose workloads go
+// (see FairTargets).
 package preemption
 
 import (
@@ -118,6 +122,10 @@ const (
 	// another queue borrowed quota the pending workload borrows in its
 	// place (borrowWithinCohort).
 	InCohortReclaimWhileBorrowing Reason = "InCohortReclaimWhileBorrowing"
+	// InCohortFairSharing: under fair sharing, a workload of another queue
+	// whose side of the cohort had a weighted share the preemption
+	// strategy found too high next to the pending workload's side.
+	InCohortFairSharing Reason = "InCohortFairSharing"
 )
 
 // Target is a chosen victim.

@@ -156,28 +156,50 @@ func (n *node) share(extra map[FR]int64) Share {
 	if n.parent == nil || n.cycle != nil {
 		return s
 	}
-	over := map[corev1.ResourceName]int64{}
+	// A tree has a handful of resources: a slice on the stack sums what
+	// the node uses beyond its quota per resource without the map it
+	// would otherwise allocate for every share (preemption under fair
+	// sharing asks for one per candidate).
+	var buf [8]resourceOver
+	over := buf[:0]
 	for fr, q := range n.subtreeQuota {
 		// usage − quota cannot overflow (both are in [0, MaxInt64]);
 		// adding extra saturates.
 		if o := satAdd(n.usage[fr]-q, max(0, extra[fr])); o > 0 {
-			over[fr.Resource] = satAdd(over[fr.Resource], o)
+			over = addOver(over, fr.Resource, o)
 		}
 	}
 	s.Borrowing = len(over) > 0
-	for res, o := range over {
-		lendable := n.parent.childLendable[res]
+	for _, o := range over {
+		lendable := n.parent.childLendable[o.resource]
 		if lendable <= 0 {
 			continue
 		}
 		// In float64: o × 1000 may not fit an int64, and the ratio is
 		// a fraction that the weight divides further.
-		ratio := float64(o) * 1000 / float64(lendable)
-		if ratio > s.Ratio || ratio == s.Ratio && res < s.Resource {
-			s.Ratio, s.Resource = ratio, res
+		ratio := float64(o.amount) * 1000 / float64(lendable)
+		if ratio > s.Ratio || ratio == s.Ratio && o.resource < s.Resource {
+			s.Ratio, s.Resource = ratio, o.resource
 		}
 	}
 	return s
+}
+
+// resourceOver is how much of a resource a node uses beyond its quota.
+type resourceOver struct {
+	resource corev1.ResourceName
+	amount   int64
+}
+
+// addOver adds amount to resource's entry of over, or appends one.
+func addOver(over []resourceOver, resource corev1.ResourceName, amount int64) []resourceOver {
+	for i := range over {
+		if over[i].resource == resource {
+			over[i].amount = satAdd(over[i].amount, amount)
+			return over
+		}
+	}
+	return append(over, resourceOver{resource: resource, amount: amount})
 }
 
 // setChildLendable computes, for the Cohort n, what its children's shares

@@ -1,7 +1,8 @@
 package scheduler
 
 import (
-	"slices"
+	"fmt"
+	"maps"
 	"strings"
 	"testing"
 
@@ -11,36 +12,6 @@ import (
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 	"github.com/sluice-dev/sluice/services/admitter/internal/quota"
 )
-
-func TestParsePreemptionStrategies(t *testing.T) {
-	for _, tc := range []struct {
-		list string
-		want []PreemptionStrategy
-	}{
-		{"LessThanOrEqualToFinalShare", []PreemptionStrategy{LessThanOrEqualToFinalShare}},
-		{"LessThanInitialShare", []PreemptionStrategy{LessThanInitialShare}},
-		{"LessThanOrEqualToFinalShare,LessThanInitialShare", DefaultPreemptionStrategies()},
-		{"LessThanOrEqualToFinalShare, LessThanInitialShare", DefaultPreemptionStrategies()},
-		{"LessThanInitialShare,LessThanOrEqualToFinalShare", nil},
-		{"LessThanInitialShare,LessThanInitialShare", nil},
-		{"", nil},
-		{"Always", nil},
-		{"lessthaninitialshare", nil},
-	} {
-		t.Run(tc.list, func(t *testing.T) {
-			got, err := ParsePreemptionStrategies(tc.list)
-			if tc.want == nil {
-				if err == nil || !strings.Contains(err.Error(), `must be exactly "LessThanOrEqualToFinalShare", "LessThanInitialShare" or "LessThanOrEqualToFinalShare,LessThanInitialShare"`) {
-					t.Fatalf("accepted %v, %v; want an error naming the allowed lists", got, err)
-				}
-				return
-			}
-			if err != nil || !slices.Equal(got, tc.want) {
-				t.Fatalf("got %v, %v; want %v", got, err, tc.want)
-			}
-		})
-	}
-}
 
 // weighted sets a ClusterQueue's fair-sharing weight.
 func weighted(w string) func(*v1alpha1.ClusterQueue) {
@@ -112,6 +83,71 @@ func TestShareInStatus(t *testing.T) {
 	for name, st := range off.s.CohortStatuses() {
 		if st.Share != nil {
 			t.Errorf("fair sharing off: Cohort %s has share %+v", name, *st.Share)
+		}
+	}
+}
+
+// TestFairSharingPreemption: queues a and b, of weights 1 and 3, hold a
+// pool of 40 cpu at 10 and 30; c, of weight 1, arrives wanting it all.
+// Its heads preempt by share in one cycle, each counting the quota the
+// heads before it claimed, and stop where the shares are even: 8, 24 and
+// 8 cpu, each a weighted share of 200. Nothing more is evicted after.
+func TestFairSharingPreemption(t *testing.T) {
+	f := newFairFixture(t, fairSharingOn)
+	f.cohortQueues(nil, []cohortDef{{name: "org", cpu: "40"}})
+	reclaim := withPreemption(v1alpha1.ClusterQueuePreemption{ReclaimWithinCohort: v1alpha1.PreemptionAny})
+	f.clusterQueue("a", "0", inCohort("org"), weighted("1"), reclaim)
+	f.clusterQueue("b", "0", inCohort("org"), weighted("3"), reclaim)
+	f.clusterQueue("c", "0", inCohort("org"), weighted("1"), reclaim)
+	var held, newcomers []fairWorkload
+	for i := range 40 {
+		q := "b"
+		if i%4 == 0 {
+			q = "a"
+		}
+		held = append(held, fairWorkload{name: fmt.Sprintf("%s%02d", q, i), queue: q, cpu: "1", age: i})
+		newcomers = append(newcomers, fairWorkload{name: fmt.Sprintf("c%02d", i), queue: "c", cpu: "1", age: 100 + i})
+	}
+	f.observeAll(held)
+	if reserved, waiting, _ := f.runCycle(); len(reserved) != 40 {
+		t.Fatalf("reserved %d, want all 40 (waiting %v)", len(reserved), waiting)
+	}
+	f.observeAll(newcomers)
+
+	evicted := map[string]int{}
+	reserved := map[string]int{"a": 10, "b": 30}
+	for cycle := 0; ; cycle++ {
+		plan := f.cycle()
+		if cycle > 0 && len(plan.Evictions) > 0 {
+			t.Fatalf("cycle %d evicted %v, want every victim chosen in the first", cycle, drained(plan.Evictions))
+		}
+		for _, ev := range plan.Evictions {
+			if !strings.Contains(ev.Message, "under fair sharing") || !strings.Contains(ev.Message, "InCohortFairSharing") {
+				t.Errorf("victim %s is told %q, want the fair-sharing reason", ev.Workload.Name, ev.Message)
+			}
+			q := ev.Workload.Status.Admission.ClusterQueue
+			evicted[q]++
+			reserved[q]--
+			f.s.Observe(f.released(ev.Workload))
+		}
+		for _, r := range plan.Reservations {
+			reserved[r.ClusterQueue.Name]++
+			f.s.Observe(f.written(r, true))
+		}
+		if len(plan.Evictions) == 0 && len(plan.Reservations) == 0 && !plan.More {
+			break
+		}
+		if cycle > 10 {
+			t.Fatal("no steady state after 10 cycles")
+		}
+	}
+	if want := map[string]int{"a": 8, "b": 24, "c": 8}; !maps.Equal(reserved, want) {
+		t.Fatalf("reserved %v after preemption (evicted %v), want %v", reserved, evicted, want)
+	}
+	cqs, _ := f.s.Statuses()
+	for _, q := range []string{"a", "b", "c"} {
+		if got := cqs[q].Share.Weighted(); got != 200 {
+			t.Errorf("ClusterQueue %s: weighted share %d, want 200", q, got)
 		}
 	}
 }

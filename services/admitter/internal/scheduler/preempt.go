@@ -94,7 +94,15 @@ func (p *preemptor) decide(usage map[quota.FR]int64) []preemption.Target {
 	}
 	pending := p.pending
 	pending.Usage = usage
-	targets := preemption.Targets(p.s.tree, &pending, p.policy, p.admitted())
+	var targets []preemption.Target
+	if fs := p.s.fairSharing; fs.Enabled {
+		admitted := p.admitted()
+		undo := p.assumeQueueClaims()
+		targets = preemption.FairTargets(p.s.tree, &pending, p.policy, fs.PreemptionStrategies, admitted)
+		undo()
+	} else {
+		targets = preemption.Targets(p.s.tree, &pending, p.policy, p.admitted())
+	}
 	p.decided = append(p.decided, decision{usage: maps.Clone(usage), targets: targets})
 	return targets
 }
@@ -108,6 +116,42 @@ func (p *preemptor) admitted() []*preemption.Workload {
 		p.candidates = p.pool.candidatesFor(p.self)
 	}
 	return p.candidates
+}
+
+// assumeQueueClaims moves, in the quota tree, the quota of the victims
+// that the other waiting heads of the preemptor's ClusterQueue claimed to
+// that queue, as it will be once the victims stop and those heads take
+// their place, and returns what undoes it. Under fair sharing the shares
+// decide, and they must count the quota already spoken for: else every
+// head of a queue in one cycle would see its queue's share as if none of
+// the others had preempted, and together they would take more than the
+// queue's share. Only the queue's own heads are counted: another queue's
+// claims could make a queue that borrows nothing now look as if it
+// borrowed, and no workload is taken from a queue for quota it does not
+// hold yet. The preemptor's own claims stay as they are: deciding again
+// must see what it saw the first time, to name the same victims.
+func (p *preemptor) assumeQueueClaims() (undo func()) {
+	var freed []*preemption.Workload
+	var awaited []map[quota.FR]int64
+	for by, victims := range p.pool.claimed {
+		if by == p.self || by.cq != p.cq || by.awaits == nil {
+			continue
+		}
+		for _, v := range victims {
+			p.s.tree.RemoveUsage(v.ClusterQueue, v.Usage)
+			freed = append(freed, v)
+		}
+		p.s.tree.AddUsage(p.cq.name, by.awaits)
+		awaited = append(awaited, by.awaits)
+	}
+	return func() {
+		for _, usage := range awaited {
+			p.s.tree.RemoveUsage(p.cq.name, usage)
+		}
+		for _, v := range freed {
+			p.s.tree.AddUsage(v.ClusterQueue, v.Usage)
+		}
+	}
 }
 
 // unhelped is the waiting message of a head that does not fit, err, when
@@ -150,6 +194,11 @@ func (p *preemptor) blocked(usage map[quota.FR]int64) string {
 func (p *preemptor) blockedNow(usage map[quota.FR]int64) string {
 	pending := p.pending
 	pending.Usage = usage
+	if fs := p.s.fairSharing; fs.Enabled {
+		admitted := p.admitted()
+		defer p.assumeQueueClaims()()
+		return preemption.FairBlocked(p.s.tree, &pending, p.policy, fs.PreemptionStrategies, admitted)
+	}
 	return preemption.Blocked(p.s.tree, &pending, p.policy, p.admitted())
 }
 
@@ -426,6 +475,7 @@ func (s *Scheduler) tryPreemption(plan *Plan, cq *clusterQueue, e *entry, policy
 		asg, err = quota.Assign(cq.spec, e.wl.Spec.PodSets, s.flavors, s.tree)
 		return asg, "", err
 	}
+	e.awaits = quota.Amounts(asg.Usage)
 	var victims []string
 	for _, t := range targets {
 		v := p.pool.entryOf(t.Workload)
@@ -457,6 +507,8 @@ func PreemptedMessage(victim, preemptor *v1alpha1.Workload, cq string, reason pr
 		why = fmt.Sprintf("it has a lower priority in the same ClusterQueue (withinClusterQueue %s)", orNever(policy.WithinClusterQueue))
 	case preemption.InCohortReclaimWhileBorrowing:
 		why = fmt.Sprintf("it borrowed quota of the cohort, which %s borrows in its place (borrowWithinCohort %s)", cq, policy.BorrowWithinCohort.Policy)
+	case preemption.InCohortFairSharing:
+		why = fmt.Sprintf("under fair sharing its side of the cohort held a larger weighted share than %s's would with the preemptor admitted (%s)", cq, preemption.InCohortFairSharing)
 	default:
 		why = fmt.Sprintf("its ClusterQueue borrowed quota of the cohort, which %s reclaims (reclaimWithinCohort %s)", cq, orNever(policy.ReclaimWithinCohort))
 	}

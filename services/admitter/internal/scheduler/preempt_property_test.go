@@ -39,12 +39,15 @@ func TestPreemptionRandomOperations(t *testing.T) {
 	seeds = append(seeds, uint64(time.Now().UnixNano()))
 	for _, seed := range seeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { runPreemptions(t, seed, 400) })
+		// Under fair sharing the victims elsewhere are chosen by share,
+		// and the same rules hold.
+		t.Run(fmt.Sprintf("fairSharing/seed=%d", seed), func(t *testing.T) { runPreemptions(t, seed, 400, fairSharingOn) })
 	}
 }
 
-func runPreemptions(t *testing.T, seed uint64, steps int) {
+func runPreemptions(t *testing.T, seed uint64, steps int, opts ...Option) {
 	rng := rand.New(rand.NewPCG(seed, seed))
-	f := newFixture(t)
+	f := newFairFixture(t, opts...)
 	lower := withPreemption(v1alpha1.ClusterQueuePreemption{
 		WithinClusterQueue: v1alpha1.PreemptionLowerPriority, ReclaimWithinCohort: v1alpha1.PreemptionAny,
 	})

@@ -175,6 +175,9 @@ type entry struct {
 	assumed    bool
 	// evicted is the resourceVersion last handed out to be evicted.
 	evicted string
+	// awaits is, for a head that claimed victims, the usage their quota
+	// makes room for.
+	awaits map[quota.FR]int64
 }
 
 // fingerprint is what decides a workload's placement; versions with the
