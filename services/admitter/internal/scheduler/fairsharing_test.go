@@ -3,9 +3,11 @@ package scheduler
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -93,27 +95,7 @@ func TestShareInStatus(t *testing.T) {
 // heads before it claimed, and stop where the shares are even: 8, 24 and
 // 8 cpu, each a weighted share of 200. Nothing more is evicted after.
 func TestFairSharingPreemption(t *testing.T) {
-	f := newFairFixture(t, fairSharingOn)
-	f.cohortQueues(nil, []cohortDef{{name: "org", cpu: "40"}})
-	reclaim := withPreemption(v1alpha1.ClusterQueuePreemption{ReclaimWithinCohort: v1alpha1.PreemptionAny})
-	f.clusterQueue("a", "0", inCohort("org"), weighted("1"), reclaim)
-	f.clusterQueue("b", "0", inCohort("org"), weighted("3"), reclaim)
-	f.clusterQueue("c", "0", inCohort("org"), weighted("1"), reclaim)
-	var held, newcomers []fairWorkload
-	for i := range 40 {
-		q := "b"
-		if i%4 == 0 {
-			q = "a"
-		}
-		held = append(held, fairWorkload{name: fmt.Sprintf("%s%02d", q, i), queue: q, cpu: "1", age: i})
-		newcomers = append(newcomers, fairWorkload{name: fmt.Sprintf("c%02d", i), queue: "c", cpu: "1", age: 100 + i})
-	}
-	f.observeAll(held)
-	if reserved, waiting, _ := f.runCycle(); len(reserved) != 40 {
-		t.Fatalf("reserved %d, want all 40 (waiting %v)", len(reserved), waiting)
-	}
-	f.observeAll(newcomers)
-
+	f, _ := newcomerFixture(t)
 	evicted := map[string]int{}
 	reserved := map[string]int{"a": 10, "b": 30}
 	for cycle := 0; ; cycle++ {
@@ -150,4 +132,81 @@ func TestFairSharingPreemption(t *testing.T) {
 			t.Errorf("ClusterQueue %s: weighted share %d, want 200", q, got)
 		}
 	}
+}
+
+// TestFairSharingPreemptionAfterRestart: the admitter dies after writing
+// three of the eight evictions of TestFairSharingPreemption's newcomer.
+// The next leader, which knows of no claims, sees three victims being
+// evicted and hands out the other five, not one more.
+func TestFairSharingPreemptionAfterRestart(t *testing.T) {
+	f, written := newcomerFixture(t)
+	plan := f.cycle()
+	if len(plan.Evictions) != 8 {
+		t.Fatalf("evicted %d, want 8", len(plan.Evictions))
+	}
+	var want []string
+	for _, ev := range plan.Evictions {
+		want = append(want, ev.Workload.Name)
+	}
+	slices.Sort(want)
+
+	next := newFairFixture(t, fairSharingOn)
+	next.newcomerQueues()
+	for name, wl := range written {
+		if slices.Contains(want[:3], name) {
+			wl = next.next(wl, func(wl *v1alpha1.Workload) {
+				meta.SetStatusCondition(&wl.Status.Conditions, metav1.Condition{Type: v1alpha1.WorkloadEvicted, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonPreempted})
+			})
+		}
+		next.s.Observe(wl)
+	}
+	next.observeAll(newcomers())
+	plan = next.cycle()
+	got := want[:3:3]
+	for _, ev := range plan.Evictions {
+		got = append(got, ev.Workload.Name)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, want) || len(plan.Evictions) != 5 {
+		t.Fatalf("after the restart evicted %v, want the five of %v not evicted yet", drained(plan.Evictions), want)
+	}
+}
+
+// newcomerFixture has queues a, b and c (weights 1, 3 and 1) in a pool of
+// 40 cpu, a and b holding 10 and 30 workloads of 1 cpu, and 40 of c
+// pending; it returns the admitted workloads as written.
+func newcomerFixture(t *testing.T) (*fixture, map[string]*v1alpha1.Workload) {
+	f := newFairFixture(t, fairSharingOn)
+	f.newcomerQueues()
+	var held []fairWorkload
+	for i := range 40 {
+		q := "b"
+		if i%4 == 0 {
+			q = "a"
+		}
+		held = append(held, fairWorkload{name: fmt.Sprintf("%s%02d", q, i), queue: q, cpu: "1", age: i})
+	}
+	f.observeAll(held)
+	reserved, waiting, written := f.runCycle()
+	if len(reserved) != 40 {
+		t.Fatalf("reserved %d, want all 40 (waiting %v)", len(reserved), waiting)
+	}
+	f.observeAll(newcomers())
+	return f, written
+}
+
+func (f *fixture) newcomerQueues() {
+	f.cohortQueues(nil, []cohortDef{{name: "org", cpu: "40"}})
+	reclaim := withPreemption(v1alpha1.ClusterQueuePreemption{ReclaimWithinCohort: v1alpha1.PreemptionAny})
+	f.clusterQueue("a", "0", inCohort("org"), weighted("1"), reclaim)
+	f.clusterQueue("b", "0", inCohort("org"), weighted("3"), reclaim)
+	f.clusterQueue("c", "0", inCohort("org"), weighted("1"), reclaim)
+}
+
+func newcomers() []fairWorkload {
+	var out []fairWorkload
+	for i := range 40 {
+		out = append(out, fairWorkload{name: fmt.Sprintf("c%02d", i), queue: "c", cpu: "1", age: 100 + i})
+	}
+	return out
 }
