@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -199,23 +197,6 @@ func waitProbe(ctx context.Context, t *testing.T, check string) {
 
 // probeCalls is the admitter's count of GetProviderInfo calls to check.
 func probeCalls(ctx context.Context, check string) (uint64, error) {
-	text, err := sluice.Admitter.Metrics(ctx)
-	if err != nil {
-		return 0, err
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(strings.NewReader(text))
-	if err != nil {
-		return 0, fmt.Errorf("parsing the admitter's metrics: %w", err)
-	}
-	for _, m := range families["sluice_admitter_check_call_duration_seconds"].GetMetric() {
-		labels := map[string]string{}
-		for _, l := range m.GetLabel() {
-			labels[l.GetName()] = l.GetValue()
-		}
-		if labels["check"] == check && labels["method"] == "GetProviderInfo" {
-			return m.GetHistogram().GetSampleCount(), nil
-		}
-	}
-	return 0, nil
+	m, err := sluice.Admitter.Metric(ctx, "sluice_admitter_check_call_duration_seconds", map[string]string{"check": check, "method": "GetProviderInfo"})
+	return m.GetHistogram().GetSampleCount(), err
 }

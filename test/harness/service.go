@@ -233,25 +233,52 @@ func (s *Service) Metrics(ctx context.Context) (string, error) {
 	return body, nil
 }
 
-// Counter returns the value of the service's counter name in the series
-// whose labels include every one of labels, and 0 while no such series
-// exists (a counter with labels appears at its first increment).
-func (s *Service) Counter(ctx context.Context, name string, labels map[string]string) (float64, error) {
+// MetricFamilies returns the service's metrics, parsed, by name.
+func (s *Service) MetricFamilies(ctx context.Context) (map[string]*dto.MetricFamily, error) {
 	text, err := s.Metrics(ctx)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(strings.NewReader(text))
 	if err != nil {
-		return 0, fmt.Errorf("parsing %s metrics: %w", s.Name, err)
+		return nil, fmt.Errorf("parsing %s metrics: %w", s.Name, err)
+	}
+	return families, nil
+}
+
+// Metric returns the series of the service's metric name whose labels
+// include every one of labels, or nil while there is none (a series with
+// labels appears when it is first set).
+func (s *Service) Metric(ctx context.Context, name string, labels map[string]string) (*dto.Metric, error) {
+	families, err := s.MetricFamilies(ctx)
+	if err != nil {
+		return nil, err
 	}
 	for _, m := range families[name].GetMetric() {
 		if hasLabels(m.GetLabel(), labels) {
-			return m.GetCounter().GetValue(), nil
+			return m, nil
 		}
 	}
-	return 0, nil
+	return nil, nil
+}
+
+// Counter returns the value of the service's counter name in the series
+// whose labels include every one of labels, and 0 while no such series
+// exists (a counter with labels appears at its first increment).
+func (s *Service) Counter(ctx context.Context, name string, labels map[string]string) (float64, error) {
+	m, err := s.Metric(ctx, name, labels)
+	return m.GetCounter().GetValue(), err
+}
+
+// Gauge returns the value of the service's gauge name in the series whose
+// labels include every one of labels; ok is false while there is none.
+func (s *Service) Gauge(ctx context.Context, name string, labels map[string]string) (v float64, ok bool, err error) {
+	m, err := s.Metric(ctx, name, labels)
+	if err != nil || m == nil {
+		return 0, false, err
+	}
+	return m.GetGauge().GetValue(), true, nil
 }
 
 func hasLabels(have []*dto.LabelPair, want map[string]string) bool {
