@@ -451,6 +451,10 @@ func cohortVariant(b BorrowWithinCohort, pending, w *Workload) variant {
 // w while pending borrows, or "" when it does.
 func borrowBlocker(b BorrowWithinCohort, pending, w *Workload) string {
 	switch {
+	case !b.LowerPriority && w.Priority >= pending.Priority:
+		// Naming only the policy would send the reader to a setting that
+		// would not help either.
+		return "have equal or higher priority, and the workload would borrow in their place (borrowWithinCohort Never; LowerPriority would not allow it either)"
 	case !b.LowerPriority:
 		return "the workload would borrow in their place and borrowWithinCohort is Never"
 	case w.Priority >= pending.Priority:

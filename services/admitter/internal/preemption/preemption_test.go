@@ -582,6 +582,15 @@ func TestBlocked(t *testing.T) {
 			want: "1 workload(s) of ClusterQueue b hold the quota but the workload would borrow in their place and borrowWithinCohort is Never",
 		},
 		{
+			name:    "without borrowWithinCohort, equal priority is named too",
+			cohorts: nested,
+			queues:  siblings,
+			admitted: []held{{name: "b1", cq: "b", priority: 10, cores: 2, minute: 1}, {name: "b2", cq: "b", priority: 10, cores: 2, minute: 2},
+				{name: "c1", cq: "c", cores: 2, minute: 3}, {name: "c2", cq: "c", cores: 2, minute: 4}},
+			policy: Policy{ReclaimWithinCohort: ReclaimAny}, priority: 10, cores: 2,
+			want: "1 workload(s) of ClusterQueue b hold the quota but have equal or higher priority, and the workload would borrow in their place (borrowWithinCohort Never; LowerPriority would not allow it either)",
+		},
+		{
 			name:   "one line per queue and rule",
 			queues: map[string]queue{"a": {cohort: "org", nominal: 3}, "b": {cohort: "org", nominal: 1}},
 			admitted: []held{{name: "a1", cq: "a", priority: 5, cores: 1, minute: 1}, {name: "a2", cq: "a", priority: 5, cores: 1, minute: 2},
