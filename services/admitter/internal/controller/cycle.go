@@ -55,7 +55,8 @@ func (a *Admitter) cycleLoop(ctx context.Context) {
 }
 
 // cycle runs one scheduling cycle and writes what it decided: the
-// reservations with bounded concurrency, and the waiting messages. A
+// reservations and evictions with bounded concurrency; the waiting
+// messages go to the writer's own workers. A
 // reservation write that surely did not land gives its assumed quota back
 // to the scheduler; one whose outcome is unknown keeps it assumed while
 // settle finds out, in the background.
@@ -94,12 +95,7 @@ func (a *Admitter) cycle(ctx context.Context, settling *sync.WaitGroup) {
 		})
 	}
 	for _, w := range plan.Waiting {
-		g.Go(func() error {
-			if err := a.writer.Tell(gctx, w.Workload, w.Message); err != nil {
-				log.Error(err, "write waiting message", "workload", w.Workload.Namespace+"/"+w.Workload.Name)
-			}
-			return nil
-		})
+		a.writer.Tell(w.Workload, w.Message)
 	}
 	for _, ev := range plan.Evictions {
 		g.Go(func() error {

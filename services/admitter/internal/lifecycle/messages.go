@@ -20,9 +20,17 @@ import (
 // moves with every admission and finish).
 const MessageInterval = 10 * time.Second
 
+// messageWorkers is how many waiting messages are written at once. The
+// messages are what a user reads while a workload waits; reservations and
+// evictions are what moves workloads, and they must not queue behind a
+// burst of messages at the API server, so messages get a few writers of
+// their own, apart from the scheduling cycle's.
+const messageWorkers = 4
+
 // messages holds, per workload, the waiting message to write next and
-// when the last one was written. A message held back by the interval is
-// written by a worker once the interval has passed.
+// when the last one was written. The workers write them in the order they
+// were asked for; a message asked for before the last one was written
+// replaces it.
 type messages struct {
 	mu      sync.Mutex
 	latest  map[types.NamespacedName]string
@@ -45,41 +53,47 @@ func (m *messages) forget(key types.NamespacedName) {
 	delete(m.written, key)
 }
 
-// Tell records in wl's QuotaReserved condition why it waits: at once when
-// the condition says something else than waiting, at most once per
-// MessageInterval when only the message changed (the last message asked
-// for is written when the interval has passed).
-func (w *Writer) Tell(ctx context.Context, wl *v1alpha1.Workload, message string) error {
-	key := workload.Key(wl)
-	c := workload.Condition(wl, v1alpha1.WorkloadQuotaReserved)
-	if c != nil && c.Status == metav1.ConditionFalse && c.Reason == v1alpha1.ReasonPending && c.Message == message {
-		return nil
+// wait is how long a message for key must wait for the interval since the
+// last one written, when the workload already says it waits; 0 when it
+// may be written now. Call it under mu.
+func (m *messages) wait(key types.NamespacedName, waitingAlready bool) time.Duration {
+	last, ok := m.written[key]
+	if !waitingAlready || !ok {
+		return 0
 	}
-	waitingAlready := c != nil && c.Status == metav1.ConditionFalse && c.Reason == v1alpha1.ReasonPending
+	return max(0, MessageInterval-time.Since(last))
+}
+
+// Tell asks for wl's QuotaReserved condition to say why it waits: at once
+// when the condition says something else than waiting, at most once per
+// MessageInterval when only the message changed. It does not write: the
+// message workers do (see runMessages), so that a scheduling cycle never
+// waits for messages; a cycle that parks thousands of new workloads would
+// otherwise take as long as thousands of writes.
+func (w *Writer) Tell(wl *v1alpha1.Workload, message string) {
+	if says(wl, message) {
+		return
+	}
+	key := workload.Key(wl)
 	m := w.messages
 	m.mu.Lock()
-	last, ok := m.written[key]
-	if waitingAlready && ok && time.Since(last) < MessageInterval {
-		_, queued := m.latest[key]
-		m.latest[key] = message
-		m.mu.Unlock()
-		if !queued {
-			m.q.AddAfter(key, MessageInterval-time.Since(last))
-		}
-		return nil
-	}
-	delete(m.latest, key)
+	m.latest[key] = message
+	wait := m.wait(key, waitingFor(wl))
 	m.mu.Unlock()
-	err := w.markWaiting(ctx, key, wl.UID, message)
-	if errors.Is(err, ErrStale) {
-		// The store is behind; say it again once the newer version is in.
-		m.mu.Lock()
-		m.latest[key] = message
-		m.mu.Unlock()
-		m.q.AddAfter(key, staleRetry)
-		return nil
-	}
-	return err
+	m.q.AddAfter(key, wait)
+}
+
+// says reports whether wl's QuotaReserved condition says it waits, with
+// message.
+func says(wl *v1alpha1.Workload, message string) bool {
+	return waitingFor(wl) && workload.Condition(wl, v1alpha1.WorkloadQuotaReserved).Message == message
+}
+
+// waitingFor reports whether wl's QuotaReserved condition says it waits
+// for quota.
+func waitingFor(wl *v1alpha1.Workload) bool {
+	c := workload.Condition(wl, v1alpha1.WorkloadQuotaReserved)
+	return c != nil && c.Status == metav1.ConditionFalse && c.Reason == v1alpha1.ReasonPending
 }
 
 // staleRetry is the wait before a message lost to a newer version is
@@ -106,26 +120,64 @@ func (w *Writer) markWaiting(ctx context.Context, key types.NamespacedName, uid 
 	return nil
 }
 
-// runMessages writes the messages held back by the interval.
+// runMessages runs the message workers until ctx ends.
 func (w *Writer) runMessages(ctx context.Context) {
 	go func() {
 		<-ctx.Done()
 		w.messages.q.ShutDown()
 	}()
-	for {
-		key, shutdown := w.messages.q.Get()
-		if shutdown {
-			return
-		}
-		w.messages.mu.Lock()
-		msg, ok := w.messages.latest[key]
-		delete(w.messages.latest, key)
-		w.messages.mu.Unlock()
-		if cur := w.cfg.Store.Get(key); ok && cur != nil {
-			if err := w.Tell(ctx, cur, msg); err != nil && ctx.Err() == nil {
-				ctrl.LoggerFrom(ctx).V(1).Info("write waiting message", "workload", key.String(), "error", err.Error())
+	var workers sync.WaitGroup
+	for range messageWorkers {
+		workers.Go(func() {
+			for {
+				key, shutdown := w.messages.q.Get()
+				if shutdown {
+					return
+				}
+				if err := w.writeMessage(ctx, key); err != nil && ctx.Err() == nil {
+					ctrl.LoggerFrom(ctx).V(1).Info("write waiting message", "workload", key.String(), "error", err.Error())
+				}
+				w.messages.q.Done(key)
 			}
-		}
-		w.messages.q.Done(key)
+		})
 	}
+	workers.Wait()
+}
+
+// writeMessage writes the latest message asked for key, unless the
+// workload says it already, or the interval holds it back for now.
+func (w *Writer) writeMessage(ctx context.Context, key types.NamespacedName) error {
+	m := w.messages
+	cur := w.cfg.Store.Get(key)
+	m.mu.Lock()
+	msg, ok := m.latest[key]
+	switch {
+	case !ok || cur == nil:
+		m.mu.Unlock()
+		return nil
+	case says(cur, msg):
+		delete(m.latest, key)
+		m.mu.Unlock()
+		return nil
+	}
+	if wait := m.wait(key, waitingFor(cur)); wait > 0 {
+		m.mu.Unlock()
+		m.q.AddAfter(key, wait)
+		return nil
+	}
+	delete(m.latest, key)
+	m.mu.Unlock()
+	err := w.markWaiting(ctx, key, cur.UID, msg)
+	if errors.Is(err, ErrStale) {
+		// The store is behind; say it again once the newer version is
+		// in, unless a newer message came meanwhile.
+		m.mu.Lock()
+		if _, newer := m.latest[key]; !newer {
+			m.latest[key] = msg
+		}
+		m.mu.Unlock()
+		m.q.AddAfter(key, staleRetry)
+		return nil
+	}
+	return err
 }
