@@ -4,7 +4,8 @@
 #   make test     everything CI checks
 #
 # Other targets: up, down, demo-cohorts, cluster-up, cluster-down, build,
-# generate, verify, unit, integration, e2e, bench, fuzz, kit, proto-release.
+# generate, verify, unit, integration, e2e, scale-check, bench, bench-scale,
+# fuzz, kit, proto-release.
 
 SHELL := /usr/bin/env bash -o pipefail
 GO ?= go
@@ -91,7 +92,7 @@ proto-release: ## Deliberately move the released-contract baseline to the curren
 ##@ Testing
 
 .PHONY: test
-test: verify cluster-build unit integration e2e ## Everything CI checks.
+test: verify cluster-build unit integration e2e scale-check ## Everything CI checks.
 
 .PHONY: verify
 verify: verify-generate lint ## Generated code is fresh; buf lint and breaking; gofmt; vet.
@@ -143,12 +144,29 @@ examples-deps: ## Install the npm packages of examples/checks-js (npm ci; quick 
 e2e: cluster-build build examples-deps ## End-to-end tests: the four services as processes on a local control plane; the conformance kit against every shipped provider.
 	SLUICE_SERVICES_BIN=$(CURDIR)/bin $(GO) test $(TEST_FLAGS) -p $(SUITE_PARALLEL) ./test/e2e/... ./test/conformance/...
 
+# The scale shapes of test/bench (BenchmarkScale*) take about 45 minutes
+# together: `make bench` runs every other benchmark there and `make
+# bench-scale` runs them. Go's -bench has no "not": this pattern is
+# every benchmark whose name does not begin with BenchmarkScale.
+BENCH_NOT_SCALE := ^Benchmark([^S]|S[^c]|Sc[^a]|Sca[^l]|Scal[^e])
+# The share of full size `make scale-check` runs the scale shapes at: 180,
+# 500 and 100 pods, about 80 seconds on two cores.
+SCALE_CHECK ?= 0.01
+
+.PHONY: scale-check
+scale-check: cluster-build build ## The scale benchmarks' shapes at 1% (SCALE_CHECK): every workload admitted, every pod released once, no queue or cohort over its quota.
+	SLUICE_BENCH_SCALE=$(SCALE_CHECK) SLUICE_SERVICES_BIN=$(CURDIR)/bin $(GO) test -count=1 -timeout=10m -run '^$$' -bench '^BenchmarkScale' -benchtime 1x ./test/bench/
+
 .PHONY: bench
 bench: cluster-build build ## Burst pods through a running system (throughput, writes per pod), preempt a full queue; time a scheduling cycle and a cohort tree's admission.
-	$(GO) test -count=1 -timeout=60m -run '^$$' -bench . -benchtime 1x ./test/bench/...
+	$(GO) test -count=1 -timeout=60m -run '^$$' -bench '$(BENCH_NOT_SCALE)' -benchtime 1x ./test/bench/...
 	$(GO) test -count=1 -run '^$$' -bench Cycle -benchmem -benchtime 2000x ./services/admitter/internal/scheduler/
 	$(GO) test -count=1 -run '^$$' -bench TreeAdmit -benchmem ./services/admitter/internal/quota/
 	$(GO) test -count=1 -run '^$$' -bench Check -benchmem -benchtime 20000x ./services/grouper/internal/fit/
+
+.PHONY: bench-scale
+bench-scale: cluster-build build ## Kueue's scheduler scale tests as real pods through sluice: baseline, large (at 0.4), a deep queue; SLUICE_BENCH_SCALE shrinks them.
+	SLUICE_SERVICES_BIN=$(CURDIR)/bin $(GO) test -count=1 -timeout=180m -run '^$$' -bench '^BenchmarkScale' -benchtime 1x ./test/bench/
 
 .PHONY: help
 help:

@@ -350,20 +350,29 @@ func measureSluice(ctx context.Context, b *testing.B, env *testenv.Env, cs kuber
 	if res.ungated > 0 {
 		res.lastCreateToUngate = res.last.Sub(createdAll)
 	}
-	writes, byRes, reads := 0.0, map[string]float64{}, map[string]float64{}
-	for _, rc := range testenv.SubtractCounts(after, before) {
-		if rc.IsWrite() {
-			writes += rc.Count
-			byRes[rc.Verb+" "+rc.Resource+subres(rc.Subresource)] += rc.Count
-		} else {
-			reads[rc.Verb+" "+rc.Resource+subres(rc.Subresource)] += rc.Count
-		}
-	}
+	writes, byRes, reads := countRequests(after, before)
 	res.readsByResource = perPod(reads, n)
 	res.writesPerPod = writes / float64(n)
 	res.stages = stages.report(created, seen)
 	res.writesByResource = perPod(byRes, n)
 	return res
+}
+
+// countRequests splits the API server's requests between two snapshots of
+// its counters into the writes, in all and by verb and resource, and the
+// other requests by verb and resource.
+func countRequests(after, before []testenv.RequestCount) (writes float64, writesBy, others map[string]float64) {
+	writesBy, others = map[string]float64{}, map[string]float64{}
+	for _, rc := range testenv.SubtractCounts(after, before) {
+		name := rc.Verb + " " + rc.Resource + subres(rc.Subresource)
+		if rc.IsWrite() {
+			writes += rc.Count
+			writesBy[name] += rc.Count
+		} else {
+			others[name] += rc.Count
+		}
+	}
+	return writes, writesBy, others
 }
 
 // unlimited returns a copy of cfg without a client-side rate limit.

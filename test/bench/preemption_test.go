@@ -193,7 +193,7 @@ func measurePreemption(ctx context.Context, b *testing.B, env *testenv.Env, cs k
 		_, err := cs.CoreV1().Pods(ns).Create(ctx, c.pod(ns, "low", i), metav1.CreateOptions{})
 		return err
 	}, b)
-	if !w.waitFor(ctx, bound, fillStart, "low-priority pods running", func() (int, int) { return w.count("low-", w.running), n }) {
+	if !waitFor(ctx, bound, fillStart, "low-priority pods running", func() (int, int) { return w.count("low-", w.running), n }) {
 		b.Fatalf("only %d of %d low-priority pods run after %s", w.count("low-", w.running), n, bound)
 	}
 	res.fill = time.Since(fillStart)
@@ -214,7 +214,7 @@ func measurePreemption(ctx context.Context, b *testing.B, env *testenv.Env, cs k
 		return err
 	}, b)
 	createdAll := time.Now()
-	w.waitFor(ctx, bound, start, "high-priority pods ungated", func() (int, int) { return w.count("high-", w.ungated), n })
+	waitFor(ctx, bound, start, "high-priority pods ungated", func() (int, int) { return w.count("high-", w.ungated), n })
 	ungated := w.times("high-", w.ungated)
 
 	// The writes are counted until the exchange is over: every preempted
@@ -222,7 +222,7 @@ func measurePreemption(ctx context.Context, b *testing.B, env *testenv.Env, cs k
 	// gone, a group's waiting for its pods without quota) and every
 	// ungated preemptor running, so that all the writes it causes are in,
 	// and no other.
-	settled := w.waitFor(ctx, 2*time.Minute, time.Now(), "preempted Workloads settled and ungated high-priority pods running", func() (int, int) {
+	settled := waitFor(ctx, 2*time.Minute, time.Now(), "preempted Workloads settled and ungated high-priority pods running", func() (int, int) {
 		victims, settled := w.victimsSettled(c.groupSize > 1)
 		return settled + w.count("high-", w.running), victims + len(ungated)
 	})
@@ -315,15 +315,24 @@ func setupPreemptionQueues(ctx context.Context, b *testing.B, cl client.Client, 
 			b.Fatalf("creating %T: %v", o, err)
 		}
 	}
-	// The webhook refuses a pod naming a class its cache has not seen:
-	// probe with dry-run creates until it takes both.
-	wait, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
+	var probes []*corev1.Pod
 	for _, priority := range []string{"low", "high"} {
 		probe := c.pod(ns, priority, 0)
 		probe.Name = "probe-" + priority
+		probes = append(probes, probe)
+	}
+	waitWebhookTakes(ctx, b, cs, probes...)
+}
+
+// waitWebhookTakes waits until sluice's webhook takes each of the probe
+// pods, with dry-run creates: it refuses a pod naming a
+// WorkloadPriorityClass its cache has not seen yet.
+func waitWebhookTakes(ctx context.Context, b *testing.B, cs kubernetes.Interface, probes ...*corev1.Pod) {
+	wait, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for _, probe := range probes {
 		err := harness.Poll(wait, func() error {
-			_, err := cs.CoreV1().Pods(ns).Create(wait, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			_, err := cs.CoreV1().Pods(probe.Namespace).Create(wait, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 			return err
 		})
 		if err != nil {
@@ -519,10 +528,10 @@ func (w *preemptionWatch) timeline(start, createdAll, lastUngate time.Time) stri
 		since(createdAll), since(w.firstEvicted), since(w.lastEvicted), since(w.lastVictimGone), since(w.lastAdmits), since(lastUngate))
 }
 
-// waitFor polls progress until its two counts are equal or bound has
-// passed since start, printing every minute how far it got; it reports
-// whether they met.
-func (w *preemptionWatch) waitFor(ctx context.Context, bound time.Duration, start time.Time, what string, progress func() (int, int)) bool {
+// waitFor polls progress until its first count reaches its second or
+// bound has passed since start, printing every minute how far it got; it
+// reports whether they met.
+func waitFor(ctx context.Context, bound time.Duration, start time.Time, what string, progress func() (int, int)) bool {
 	ctx, cancel := context.WithDeadline(ctx, start.Add(bound))
 	defer cancel()
 	tick := time.NewTicker(50 * time.Millisecond)
