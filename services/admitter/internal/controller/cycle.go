@@ -4,14 +4,15 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"golang.org/x/sync/errgroup"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 	"github.com/sluice-dev/sluice/services/admitter/internal/lifecycle"
+	"github.com/sluice-dev/sluice/services/admitter/internal/scheduler"
 	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
 )
 
@@ -39,89 +40,110 @@ func (a *Admitter) triggerCycleAt(t time.Time) {
 	a.timer = time.AfterFunc(time.Until(t), a.triggerCycle)
 }
 
+// cycleLoop runs a scheduling cycle whenever one is asked for, until ctx
+// ends. A cycle starts once the writes of the cycles before it are down to
+// what the workers take at once: it then plans against quota that is
+// almost all written, while the workers are still busy with the rest.
 func (a *Admitter) cycleLoop(ctx context.Context) {
 	// Settling a write whose outcome is unknown outlives the cycle that
 	// made it, but not the loop.
 	var settling sync.WaitGroup
 	defer settling.Wait()
+	writes := newWriteQueue(scheduler.MaxReservationsPerCycle, func(n int) { a.cfg.Metrics.CycleWritesPending.Set(float64(n)) })
+	var workers sync.WaitGroup
+	workers.Go(func() { writes.run(ctx, a.cfg.WriteConcurrency) })
+	defer workers.Wait()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-a.trigger:
 		}
-		a.cycle(ctx, &settling)
+		writes.waitAtMost(ctx, a.cfg.WriteConcurrency)
+		a.cycle(ctx, writes, &settling)
 	}
 }
 
-// cycle runs one scheduling cycle and writes what it decided: the
-// reservations and evictions with bounded concurrency; the waiting
-// messages go to the writer's own workers. A
-// reservation write that surely did not land gives its assumed quota back
-// to the scheduler; one whose outcome is unknown keeps it assumed while
-// settle finds out, in the background.
-func (a *Admitter) cycle(ctx context.Context, settling *sync.WaitGroup) {
+// cycle runs one scheduling cycle and queues the writes it decided on
+// writes: the reservations, then the evictions; the waiting messages go
+// to the writer's own workers. A reservation write that surely did not
+// land gives its assumed quota back to the scheduler; one whose outcome
+// is unknown keeps it assumed while settle finds out, in the background.
+func (a *Admitter) cycle(ctx context.Context, writes *writeQueue, settling *sync.WaitGroup) {
 	start := time.Now()
 	a.syncQueues(ctx)
 	plan := a.sched.Cycle(start)
 	if !plan.Wake.IsZero() {
 		a.triggerCycleAt(plan.Wake)
 	}
-	log := ctrl.LoggerFrom(ctx)
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(a.cfg.WriteConcurrency)
-	for _, r := range plan.Reservations {
-		g.Go(func() error {
-			id := workload.NewReservationID()
-			err := a.writer.Reserve(gctx, r, id)
-			switch {
-			case err == nil:
-			case notWritten(err):
-				a.sched.Unassume(r.Workload)
-				a.triggerCycle()
-				if !errors.Is(err, lifecycle.ErrStale) && !errors.Is(err, lifecycle.ErrMoved) {
-					log.Error(err, "reserve quota", "workload", r.Workload.Namespace+"/"+r.Workload.Name)
-				}
-			default:
-				// The write may have landed, or still land: giving the
-				// quota back before knowing could book it twice.
-				settling.Add(1)
-				go func() {
-					defer settling.Done()
-					a.settle(ctx, r, id, err)
-				}()
-			}
-			return nil
-		})
-	}
 	for _, w := range plan.Waiting {
 		a.writer.Tell(w.Workload, w.Message)
 	}
-	for _, ev := range plan.Evictions {
-		g.Go(func() error {
-			err := a.writer.EvictVersion(gctx, ev.Workload, ev.Reason, ev.Message)
-			switch {
-			case err == nil:
-			case errors.Is(err, lifecycle.ErrMoved), errors.Is(err, lifecycle.ErrStale):
-				// A newer version of the workload comes, and with it the
-				// next look: the scheduler hands it out again if it
-				// still should be evicted (a victim of preemption through
-				// its preemptor, which waits parked).
-				a.sched.RetryEviction(ev.Workload)
-				a.triggerCycle()
-			default:
-				log.Error(err, "evict", "workload", ev.Workload.Namespace+"/"+ev.Workload.Name, "reason", ev.Reason)
-				a.sched.RetryEviction(ev.Workload)
-				a.triggerCycleAt(time.Now().Add(time.Second))
-			}
-			return nil
-		})
+	written := a.cycleWritten(start, len(plan.Reservations)+len(plan.Evictions))
+	for _, r := range plan.Reservations {
+		writes.add(ctx, func(ctx context.Context) { a.reserve(ctx, r, settling); written() })
 	}
-	_ = g.Wait()
+	for _, ev := range plan.Evictions {
+		writes.add(ctx, func(ctx context.Context) { a.evict(ctx, ev); written() })
+	}
 	if plan.More {
 		a.triggerCycle()
 	}
 	a.cfg.Metrics.CycleDuration.Observe(time.Since(start).Seconds())
+}
+
+// cycleWritten returns what each of the n writes of the cycle started at
+// start calls once answered: the last one times the cycle with its writes.
+func (a *Admitter) cycleWritten(start time.Time, n int) func() {
+	var left atomic.Int64
+	left.Store(int64(n))
+	return func() {
+		if left.Add(-1) == 0 {
+			a.cfg.Metrics.CycleWritesDuration.Observe(time.Since(start).Seconds())
+		}
+	}
+}
+
+// reserve writes reservation r.
+func (a *Admitter) reserve(ctx context.Context, r scheduler.Reservation, settling *sync.WaitGroup) {
+	id := workload.NewReservationID()
+	err := a.writer.Reserve(ctx, r, id)
+	switch {
+	case err == nil:
+	case notWritten(err):
+		a.sched.Unassume(r.Workload)
+		a.triggerCycle()
+		if !errors.Is(err, lifecycle.ErrStale) && !errors.Is(err, lifecycle.ErrMoved) {
+			ctrl.LoggerFrom(ctx).Error(err, "reserve quota", "workload", r.Workload.Namespace+"/"+r.Workload.Name)
+		}
+	default:
+		// The write may have landed, or still land: giving the quota
+		// back before knowing could book it twice.
+		settling.Add(1)
+		go func() {
+			defer settling.Done()
+			a.settle(ctx, r, id, err)
+		}()
+	}
+}
+
+// evict writes eviction ev.
+func (a *Admitter) evict(ctx context.Context, ev scheduler.Eviction) {
+	err := a.writer.EvictVersion(ctx, ev.Workload, ev.Reason, ev.Message)
+	switch {
+	case err == nil:
+	case errors.Is(err, lifecycle.ErrMoved), errors.Is(err, lifecycle.ErrStale):
+		// A newer version of the workload comes, and with it the next
+		// look: the scheduler hands it out again if it still should be
+		// evicted (a victim of preemption through its preemptor, which
+		// waits parked).
+		a.sched.RetryEviction(ev.Workload)
+		a.triggerCycle()
+	default:
+		ctrl.LoggerFrom(ctx).Error(err, "evict", "workload", ev.Workload.Namespace+"/"+ev.Workload.Name, "reason", ev.Reason)
+		a.sched.RetryEviction(ev.Workload)
+		a.triggerCycleAt(time.Now().Add(time.Second))
+	}
 }
 
 // syncQueues hands the scheduler the queues, flavors and checks as the

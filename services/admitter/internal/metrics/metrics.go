@@ -13,8 +13,15 @@ const namespace = "sluice_admitter"
 
 // Metrics are the admitter's collectors.
 type Metrics struct {
-	// CycleDuration times scheduling cycles.
+	// CycleDuration times scheduling cycles: deciding, and queueing the
+	// writes decided.
 	CycleDuration prometheus.Histogram
+	// CycleWritesDuration times scheduling cycles from their start until
+	// every write they queued was answered.
+	CycleWritesDuration prometheus.Histogram
+	// CycleWritesPending is the number of reservation and eviction writes
+	// cycles queued that have not been answered yet.
+	CycleWritesPending prometheus.Gauge
 	// CycleReserved counts reservations made by scheduling cycles.
 	CycleReserved prometheus.Counter
 	// PendingWorkloads is the number of workloads waiting for quota, per
@@ -102,8 +109,17 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		CycleDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "cycle_duration_seconds",
-			Help:    "Time one scheduling cycle takes, writes included.",
+			Help:    "Time one scheduling cycle takes to decide and queue its writes; the writes are in cycle_writes_pending.",
 			Buckets: cycleBuckets(),
+		}),
+		CycleWritesDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "cycle_writes_duration_seconds",
+			Help:    "Time from a scheduling cycle's start until every reservation and eviction it queued was written (or failed).",
+			Buckets: cycleBuckets(),
+		}),
+		CycleWritesPending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "cycle_writes_pending",
+			Help: "Reservation and eviction writes queued by scheduling cycles and not answered yet.",
 		}),
 		CycleReserved: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "reservations_total",
@@ -199,6 +215,8 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		return c
 	}
 	m.CycleDuration = register(m.CycleDuration).(prometheus.Histogram)
+	m.CycleWritesDuration = register(m.CycleWritesDuration).(prometheus.Histogram)
+	m.CycleWritesPending = register(m.CycleWritesPending).(prometheus.Gauge)
 	m.CycleReserved = register(m.CycleReserved).(prometheus.Counter)
 	m.PendingWorkloads = register(m.PendingWorkloads).(*prometheus.GaugeVec)
 	m.ReservingWorkloads = register(m.ReservingWorkloads).(*prometheus.GaugeVec)

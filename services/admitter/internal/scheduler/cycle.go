@@ -19,6 +19,14 @@ import (
 // reservations found; Plan.More asks for the next cycle at once.
 const MaxTriesPerCycle = 2048
 
+// MaxReservationsPerCycle bounds the reservations one cycle hands out. The
+// admitter writes them while the next cycle plans, and that cycle starts
+// once they are almost written: a workload that comes meanwhile, whatever
+// its priority, waits behind at most this many writes, however deep the
+// queues. The heads that fit beyond it stay first in their queues for the
+// next cycle, which Plan.More asks for.
+const MaxReservationsPerCycle = 256
+
 // Plan is what a cycle decided.
 type Plan struct {
 	// Reservations are the workloads to reserve quota for, in the order
@@ -140,7 +148,7 @@ func (s *Scheduler) Cycle(now time.Time) Plan {
 		runnable = append(runnable, cq)
 	}
 
-	for len(runnable) > 0 && plan.Tried < MaxTriesPerCycle {
+	for len(runnable) > 0 && plan.Tried < MaxTriesPerCycle && len(plan.Reservations) < MaxReservationsPerCycle {
 		var heads []candidate
 		next := runnable[:0]
 		for _, cq := range runnable {
@@ -222,9 +230,13 @@ func (s *Scheduler) offer(plan *Plan, cq *clusterQueue) (c candidate, fits, agai
 // admit reserves c, found to fit when it was offered, and reports
 // whether it did. A head whose tree of cohorts an earlier head of the
 // round took quota in (taken holds the roots of those trees) may no
-// longer fit: it stays first in its queue and is tried again in the next
-// round, against what is left.
+// longer fit, and a cycle that handed out MaxReservationsPerCycle takes no
+// more: the head stays first in its queue and is tried again in the next
+// round or cycle.
 func (s *Scheduler) admit(plan *Plan, c candidate, taken map[string]bool) bool {
+	if len(plan.Reservations) >= MaxReservationsPerCycle {
+		return false
+	}
 	if root := s.tree.Root(c.cq.name); root != "" {
 		if taken[root] && !s.tree.Fits(c.cq.name, c.usageAmounts()) {
 			return false

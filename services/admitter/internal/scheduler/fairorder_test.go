@@ -303,10 +303,11 @@ func TestFairOrderPickThatNoLongerFitsWaits(t *testing.T) {
 	}
 }
 
-// TestFairOrderStopsAtMaxTries: a queue that keeps winning offers its next
-// head only while the cycle has tries left; the next cycle goes on.
-func TestFairOrderStopsAtMaxTries(t *testing.T) {
-	const pending = MaxTriesPerCycle + 10
+// TestFairOrderStopsAtMaxReservations: a queue that keeps winning offers
+// its next head while the cycle may still reserve; the head that found the
+// cycle full stays first, and the next cycle goes on with it.
+func TestFairOrderStopsAtMaxReservations(t *testing.T) {
+	const pending = MaxReservationsPerCycle + 10
 	f := newFairFixture(t, fairSharingOn)
 	f.cohortQueues([]queueDef{{name: "a", cohort: "org", cpu: "0"}}, []cohortDef{{name: "org", cpu: fmt.Sprint(pending)}})
 	var wls []fairWorkload
@@ -315,10 +316,12 @@ func TestFairOrderStopsAtMaxTries(t *testing.T) {
 	}
 	f.observeAll(wls)
 	plan := f.cycle()
-	if len(plan.Reservations) != MaxTriesPerCycle || plan.Tried != MaxTriesPerCycle || !plan.More {
-		t.Fatalf("reserved %d, tried %d (more: %v); want %d each, and more", len(plan.Reservations), plan.Tried, plan.More, MaxTriesPerCycle)
+	if len(plan.Reservations) != MaxReservationsPerCycle || plan.Tried != MaxReservationsPerCycle+1 || !plan.More {
+		t.Fatalf("reserved %d, tried %d (more: %v); want %d reserved, one more tried, and more",
+			len(plan.Reservations), plan.Tried, plan.More, MaxReservationsPerCycle)
 	}
-	if plan = f.cycle(); len(plan.Reservations) != 10 || plan.More {
-		t.Fatalf("the next cycle reserved %d (more: %v), want the 10 left", len(plan.Reservations), plan.More)
+	plan = f.cycle()
+	if got := names(plan.Reservations); len(got) != 10 || got[0] != fmt.Sprintf("w%05d", MaxReservationsPerCycle) || plan.More {
+		t.Fatalf("the next cycle reserved %v (more: %v), want the 10 left, from w%05d", got, plan.More, MaxReservationsPerCycle)
 	}
 }

@@ -164,6 +164,32 @@ func TestCycleOrdersHeadsByPriorityThenAge(t *testing.T) {
 	}
 }
 
+// TestCycleStopsAtMaxReservations: however deep the queue, a cycle hands
+// out at most MaxReservationsPerCycle reservations and asks for the next;
+// a workload of higher priority that comes meanwhile goes first in it.
+func TestCycleStopsAtMaxReservations(t *testing.T) {
+	const pending = MaxReservationsPerCycle + 10
+	f := newFixture(t)
+	f.clusterQueue("cq", fmt.Sprint(pending+1))
+	for i := range pending {
+		f.s.Observe(f.workload(fmt.Sprintf("w%05d", i), "lq-cq", "1", i, 0))
+	}
+	plan := f.cycle()
+	if len(plan.Reservations) != MaxReservationsPerCycle || !plan.More {
+		t.Fatalf("reserved %d (more: %v), want %d and more", len(plan.Reservations), plan.More, MaxReservationsPerCycle)
+	}
+	if got := names(plan.Reservations); got[0] != "w00000" || got[len(got)-1] != fmt.Sprintf("w%05d", MaxReservationsPerCycle-1) {
+		t.Fatalf("reserved %s to %s, want the oldest first", got[0], got[len(got)-1])
+	}
+
+	f.s.Observe(f.workload("urgent", "lq-cq", "1", pending, 9))
+	plan = f.cycle()
+	got := names(plan.Reservations)
+	if len(got) != 11 || got[0] != "urgent" || plan.More {
+		t.Fatalf("the next cycle reserved %v (more: %v), want urgent first, then the 10 left", got, plan.More)
+	}
+}
+
 func TestCompareCandidates(t *testing.T) {
 	f := newFixture(t)
 	cand := func(name string, age int, priority int32, borrowing bool) candidate {
