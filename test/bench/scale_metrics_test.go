@@ -51,6 +51,7 @@ func (r *scaleRun) admitterGauge(ctx context.Context, name string) (float64, err
 // The admitter's metrics the scraper reads.
 const (
 	cycleDurationMetric = "sluice_admitter_cycle_duration_seconds"
+	cycleWrittenMetric  = "sluice_admitter_cycle_writes_duration_seconds"
 	reservationsMetric  = "sluice_admitter_reservations_total"
 	pendingMetric       = "sluice_admitter_pending_workloads"
 	reservingMetric     = "sluice_admitter_reserving_workloads"
@@ -58,17 +59,44 @@ const (
 
 // admitterSample is one scrape of the admitter: its backlog (workloads
 // pending, summed over ClusterQueues), the workloads holding quota, and
-// its cycle-duration histogram (cumulative counts by upper bound).
+// its histograms of the cycles' times: deciding and queueing their writes
+// (cycle), and until those writes were answered (written).
 type admitterSample struct {
 	at                 time.Time
 	pending, reserving float64
 	// waiting is the backlog as the benchmark's informer sees the
 	// Workloads at the scrape: the admitter's gauges are set once per
 	// round of queue status writes, which lags under load.
-	waiting              float64
-	cycles, cycleSeconds float64
-	reservations         float64
-	buckets              []float64
+	waiting        float64
+	cycle, written histSample
+	reservations   float64
+}
+
+// histSample is one scrape of a histogram: its count, its sum and its
+// cumulative counts by upper bound (+Inf excluded).
+type histSample struct {
+	count, sum float64
+	buckets    []float64
+}
+
+// readHistogram reads histogram name from families, and its upper bounds
+// (+Inf excluded); zero when the admitter does not export it.
+func readHistogram(families map[string]*dto.MetricFamily, name string) (histSample, []float64) {
+	ms := families[name].GetMetric()
+	if len(ms) == 0 {
+		return histSample{}, nil
+	}
+	h := ms[0].GetHistogram()
+	out := histSample{count: float64(h.GetSampleCount()), sum: h.GetSampleSum()}
+	var bounds []float64
+	for _, bk := range h.GetBucket() {
+		if math.IsInf(bk.GetUpperBound(), 1) {
+			continue
+		}
+		bounds = append(bounds, bk.GetUpperBound())
+		out.buckets = append(out.buckets, float64(bk.GetCumulativeCount()))
+	}
+	return out, bounds
 }
 
 // admitterScraper scrapes the admitter about every second.
@@ -112,19 +140,12 @@ func (a *admitterScraper) scrape(ctx context.Context) {
 	for _, m := range families[reservationsMetric].GetMetric() {
 		s.reservations += m.GetCounter().GetValue()
 	}
-	if ms := families[cycleDurationMetric].GetMetric(); len(ms) > 0 {
-		h := ms[0].GetHistogram()
-		s.cycles, s.cycleSeconds = float64(h.GetSampleCount()), h.GetSampleSum()
-		var bounds []float64
-		for _, bk := range h.GetBucket() {
-			if math.IsInf(bk.GetUpperBound(), 1) {
-				continue
-			}
-			bounds = append(bounds, bk.GetUpperBound())
-			s.buckets = append(s.buckets, float64(bk.GetCumulativeCount()))
-		}
+	var bounds []float64
+	if s.cycle, bounds = readHistogram(families, cycleDurationMetric); bounds != nil {
+		// Both histograms have the same buckets.
 		a.bounds = bounds
 	}
+	s.written, _ = readHistogram(families, cycleWrittenMetric)
 	a.samples = append(a.samples, s)
 }
 
@@ -163,13 +184,13 @@ func (a *admitterScraper) timeline(start time.Time, lines int) []string {
 		k := min(k, len(a.samples)-1)
 		prev, cur := a.samples[max(0, k-step)], a.samples[k]
 		d := cur.at.Sub(prev.at).Seconds()
-		cycles := cur.cycles - prev.cycles
+		cycles := cur.cycle.count - prev.cycle.count
 		if d <= 0 {
 			continue
 		}
 		meanCycle := "-"
 		if cycles > 0 {
-			meanCycle = seconds((cur.cycleSeconds - prev.cycleSeconds) / cycles).String()
+			meanCycle = seconds((cur.cycle.sum - prev.cycle.sum) / cycles).String()
 		}
 		out = append(out, fmt.Sprintf("%6.0fs  pending %6.0f (Workloads waiting %6.0f)  holding quota %6.0f  cycles/s %5.1f  reservations/s %6.1f  mean cycle %s",
 			cur.at.Sub(start).Seconds(), cur.pending, cur.waiting, cur.reserving, cycles/d, (cur.reservations-prev.reservations)/d, meanCycle))
@@ -189,8 +210,11 @@ var backlogBands = []struct {
 }
 
 // cycleBand is the admitter's scheduling cycles while its backlog was in
-// a band.
+// a band, timed by one of its histograms.
 type cycleBand struct {
+	// what names the histogram: "cycle" (deciding, and queueing the
+	// writes) or "cycle-written" (until the writes were answered).
+	what           string
 	name           string
 	seconds        float64 // scrape intervals in the band
 	cycles         float64
@@ -205,25 +229,31 @@ type cycleBand struct {
 }
 
 // bands splits the run into the intervals between scrapes and sums each
-// interval's cycles into the band of its backlog, the mean of the
+// interval's cycles, as histogram what (see cycleBand) times them, into
+// the band of its backlog, the mean of the
 // Workloads waiting at its two ends (not the admitter's pending gauge,
 // which lags by a round of queue status writes: under load, up to a
 // minute); then works out each band's cycle-time
 // quantiles from its bucket counts, interpolating linearly within a
 // bucket as Prometheus' histogram_quantile does (the mean is exact).
-func (a *admitterScraper) bands() []cycleBand {
+func (a *admitterScraper) bands(what string) []cycleBand {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	pick := func(s admitterSample) histSample { return s.cycle }
+	if what == "cycle-written" {
+		pick = func(s admitterSample) histSample { return s.written }
+	}
 	out := make([]cycleBand, len(backlogBands))
 	for i, b := range backlogBands {
-		out[i] = cycleBand{name: b.name, bounds: a.bounds, counts: make([]float64, len(a.bounds)+1)}
+		out[i] = cycleBand{what: what, name: b.name, bounds: a.bounds, counts: make([]float64, len(a.bounds)+1)}
 	}
 	for k := 1; k < len(a.samples); k++ {
-		prev, cur := a.samples[k-1], a.samples[k]
-		if len(prev.buckets) != len(cur.buckets) || cur.cycles < prev.cycles {
+		prevSample, curSample := a.samples[k-1], a.samples[k]
+		prev, cur := pick(prevSample), pick(curSample)
+		if len(prev.buckets) != len(cur.buckets) || cur.count < prev.count {
 			continue
 		}
-		backlog := (prev.waiting + cur.waiting) / 2
+		backlog := (prevSample.waiting + curSample.waiting) / 2
 		i := slices.IndexFunc(backlogBands, func(b struct {
 			name   string
 			lo, hi float64
@@ -231,17 +261,17 @@ func (a *admitterScraper) bands() []cycleBand {
 			return backlog >= b.lo && backlog < b.hi
 		})
 		band := &out[i]
-		band.seconds += cur.at.Sub(prev.at).Seconds()
-		band.cycles += cur.cycles - prev.cycles
-		band.cycleSeconds += cur.cycleSeconds - prev.cycleSeconds
-		band.reservations += cur.reservations - prev.reservations
+		band.seconds += curSample.at.Sub(prevSample.at).Seconds()
+		band.cycles += cur.count - prev.count
+		band.cycleSeconds += cur.sum - prev.sum
+		band.reservations += curSample.reservations - prevSample.reservations
 		below := 0.0
 		for j := range cur.buckets {
 			d := (cur.buckets[j] - prev.buckets[j]) - below
 			band.counts[j] += d
 			below += d
 		}
-		band.counts[len(cur.buckets)] += (cur.cycles - prev.cycles) - below
+		band.counts[len(cur.buckets)] += (cur.count - prev.count) - below
 	}
 	var used []cycleBand
 	for _, b := range out {
@@ -297,14 +327,14 @@ func (b cycleBand) String() string {
 	if b.longest > 0 {
 		longest = "≤ " + b.longest.String()
 	}
-	return fmt.Sprintf("backlog %-9s %6.0f s, %7.0f cycles (%.1f/s), %.2f reservations/cycle: cycle mean %s  p50 %s  p99 %s  longest %s",
-		b.name, b.seconds, b.cycles, b.cycles/b.seconds, b.reservations/b.cycles, b.mean, b.p50, b.p99, longest)
+	return fmt.Sprintf("backlog %-9s %6.0f s, %7.0f cycles (%.1f/s), %.2f reservations/cycle: %s mean %s  p50 %s  p99 %s  longest %s",
+		b.name, b.seconds, b.cycles, b.cycles/b.seconds, b.reservations/b.cycles, b.what, b.mean, b.p50, b.p99, longest)
 }
 
 // fields renders the band for the SCALE-RESULT line.
 func (b cycleBand) fields() string {
-	return fmt.Sprintf("cycles[%[1]s]=%.0[2]f cycle-mean-ms[%[1]s]=%.3[3]f cycle-p50-ms[%[1]s]=%.3[4]f cycle-p99-ms[%[1]s]=%.3[5]f cycle-longest-ms[%[1]s]=%.3[6]f",
-		b.name, b.cycles, ms(b.mean), ms(b.p50), ms(b.p99), ms(b.longest))
+	return fmt.Sprintf("%[7]s-count[%[1]s]=%.0[2]f %[7]s-mean-ms[%[1]s]=%.3[3]f %[7]s-p50-ms[%[1]s]=%.3[4]f %[7]s-p99-ms[%[1]s]=%.3[5]f %[7]s-longest-ms[%[1]s]=%.3[6]f",
+		b.name, b.cycles, ms(b.mean), ms(b.p50), ms(b.p99), ms(b.longest), b.what)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -205,17 +207,23 @@ type scaleRun struct {
 	s   *harness.Sluice
 }
 
-// startScaleRun starts a whole control plane with kwok nodes that hold
-// twice the cpu (and pods) the quota lets run at once, maxCPU, so that
-// kube-scheduler always finds room, and sluice.
-func startScaleRun(ctx context.Context, b *testing.B, maxCPU int64) *scaleRun {
-	defer logSince(time.Now(), "the control plane and sluice started")
+// scaleEnvOptions is the control plane of a scale run: a whole one, with
+// kwok nodes that hold twice the cpu (and pods) the quota lets run at
+// once, maxCPU, so that kube-scheduler always finds room.
+func scaleEnvOptions(maxCPU int64) testenv.Options {
 	const nodes = 10
 	perNode := max(200, 2*maxCPU/nodes)
-	env, err := testenv.Start(ctx, testenv.Options{
+	return testenv.Options{
 		Scheduler: true, ControllerManager: true, Kwok: true, Nodes: nodes,
 		Node: testenv.NodeShape{CPU: strconv.FormatInt(perNode, 10), Memory: "4Ti", Pods: int(perNode)},
-	})
+	}
+}
+
+// startScaleRun starts the control plane of scaleEnvOptions(maxCPU), and
+// sluice.
+func startScaleRun(ctx context.Context, b *testing.B, maxCPU int64) *scaleRun {
+	defer logSince(time.Now(), "the control plane and sluice started")
+	env, err := testenv.Start(ctx, scaleEnvOptions(maxCPU))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -230,9 +238,11 @@ func startScaleRun(ctx context.Context, b *testing.B, maxCPU int64) *scaleRun {
 	if err := sluicev1alpha1.AddToScheme(r.cl.Scheme()); err != nil {
 		b.Fatal(err)
 	}
-	opts := harness.Options{BinDir: os.Getenv("SLUICE_SERVICES_BIN")}
+	// The admitter serves its profiles in every run: liveHeap collects
+	// its garbage through them.
+	opts := harness.Options{BinDir: os.Getenv("SLUICE_SERVICES_BIN"), Args: map[string][]string{"admitter": {"--pprof"}}}
 	if os.Getenv("SLUICE_BENCH_PROFILE_DIR") != "" {
-		opts.Args = map[string][]string{"admitter": {"--pprof"}, "grouper": {"--pprof"}, "webhook": {"--pprof"}}
+		opts.Args["grouper"], opts.Args["webhook"] = []string{"--pprof"}, []string{"--pprof"}
 	}
 	if r.s, err = harness.Start(ctx, env, opts); err != nil {
 		b.Fatal(err)
@@ -393,37 +403,14 @@ func runScaleShape(b *testing.B, sh scaleShape) {
 	cohortLimit := int64(sh.queuesPerCohort * scaleNominalCPU)
 	r := startScaleRun(ctx, b, int64(sh.cohorts)*cohortLimit)
 
-	cohorts := make([]string, sh.cohorts)
-	for c := range cohorts {
-		cohorts[c] = fmt.Sprintf("cohort-%02d", c)
-	}
-	var queues []scaleQueue
-	for c := range sh.cohorts {
-		for q := range sh.queuesPerCohort {
-			queues = append(queues, scaleQueue{name: fmt.Sprintf("c%02d-q%03d", c, q), cohort: c})
-		}
-	}
+	cohorts, queues, pods, gens := sh.plan()
 	r.create(ctx, b, sh.classes, queues, cohorts, func(q scaleQueue) *sluicev1alpha1.ClusterQueue {
 		return cohortClusterQueue(q.name, cohorts[q.cohort])
 	})
 
-	var pods []scalePod
-	// gens are the pods of each queue and class, in the order they are
-	// created.
-	var gens [][]int
-	for q := range queues {
-		for c, class := range sh.classes {
-			var gen []int
-			for i := range class.perQueue {
-				gen = append(gen, len(pods))
-				pods = append(pods, scalePod{name: fmt.Sprintf("%s-%d", class.name, i), queue: q, class: c})
-			}
-			gens = append(gens, gen)
-		}
-	}
 	limits := scaleLimits{queue: queueLimit * 1000, cohort: cohortLimit * 1000}
 	m := r.measure(ctx, b, sh.classes, queues, cohorts, pods, limits, bound, func(start time.Time) time.Time {
-		createPaced(ctx, b, r.cs, sh.classes, queues, pods, gens, start)
+		createPaced(ctx, b, r.cs, sh.classes, queues, pods, gens, start, scalePodObject)
 		return time.Now()
 	})
 
@@ -455,6 +442,32 @@ func runScaleShape(b *testing.B, sh scaleShape) {
 	m.report(b, sh.classes, result)
 }
 
+// plan names a shape's cohorts and its queues (each with a namespace of
+// its name), and lists its pods; gens are the pods of each queue and
+// class, in the order they are created.
+func (s scaleShape) plan() (cohorts []string, queues []scaleQueue, pods []scalePod, gens [][]int) {
+	cohorts = make([]string, s.cohorts)
+	for c := range cohorts {
+		cohorts[c] = fmt.Sprintf("cohort-%02d", c)
+	}
+	for c := range s.cohorts {
+		for q := range s.queuesPerCohort {
+			queues = append(queues, scaleQueue{name: fmt.Sprintf("c%02d-q%03d", c, q), cohort: c})
+		}
+	}
+	for q := range queues {
+		for c, class := range s.classes {
+			var gen []int
+			for i := range class.perQueue {
+				gen = append(gen, len(pods))
+				pods = append(pods, scalePod{name: fmt.Sprintf("%s-%d", class.name, i), queue: q, class: c})
+			}
+			gens = append(gens, gen)
+		}
+	}
+	return cohorts, queues, pods, gens
+}
+
 // scheduleLength is how long Kueue's schedule of a shape's creates takes:
 // its longest class.
 func scheduleLength(classes []scaleClass) time.Duration {
@@ -469,8 +482,9 @@ func scheduleLength(classes []scaleClass) time.Duration {
 // generator (a queue's class) creates its pods one every class interval
 // from start, all generators at once, with at most `workers` creates in
 // flight; a generator that falls behind creates as fast as it can.
+// newPod builds each pod from its queue's namespace, its name and class.
 func createPaced(ctx context.Context, b *testing.B, cs kubernetes.Interface, classes []scaleClass, queues []scaleQueue,
-	pods []scalePod, gens [][]int, start time.Time) {
+	pods []scalePod, gens [][]int, start time.Time, newPod func(ns, name string, c scaleClass) *corev1.Pod) {
 	inFlight := make(chan struct{}, workers)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -487,7 +501,7 @@ func createPaced(ctx context.Context, b *testing.B, cs kubernetes.Interface, cla
 				}
 				inFlight <- struct{}{}
 				p.created = time.Now()
-				err := createScalePod(ctx, cs, scalePodObject(queues[p.queue].name, p.name, class))
+				err := createScalePod(ctx, cs, newPod(queues[p.queue].name, p.name, class))
 				<-inFlight
 				if err != nil {
 					mu.Lock()
@@ -599,6 +613,30 @@ func runDeepQueue(b *testing.B, n int, f float64) {
 	m.report(b, []scaleClass{class}, result)
 }
 
+// liveHeap is the admitter's heap in use once its garbage is collected:
+// what it holds, where the resident size also counts memory the runtime
+// has not returned yet. Asking for a heap profile collects it first; with
+// SLUICE_BENCH_PROFILE_DIR set, the profile is kept as
+// admitter-heap-<when>.pprof.
+func (r *scaleRun) liveHeap(ctx context.Context, b *testing.B, when string) float64 {
+	profile, code, err := r.s.Admitter.Get(ctx, "/debug/pprof/heap?gc=1")
+	if err != nil || code != http.StatusOK {
+		b.Logf("collecting the admitter's garbage: %d %v", code, err)
+		return 0
+	}
+	if dir := os.Getenv("SLUICE_BENCH_PROFILE_DIR"); dir != "" {
+		path := filepath.Join(dir, "admitter-heap-"+when+".pprof")
+		if err := os.WriteFile(path, []byte(profile), 0o644); err != nil {
+			b.Logf("writing %s: %v", path, err)
+		}
+	}
+	heap, err := r.admitterGauge(ctx, "go_memstats_heap_inuse_bytes")
+	if err != nil {
+		b.Logf("reading the admitter's heap: %v", err)
+	}
+	return heap
+}
+
 // scaleMeasurement is what one scale run measured.
 type scaleMeasurement struct {
 	n     int
@@ -648,7 +686,7 @@ func (r *scaleRun) measure(ctx context.Context, b *testing.B, classes []scaleCla
 	}
 
 	m.idle = settledRSS(ctx, r.s.Admitter, 15*time.Second)
-	m.idleHeap, _ = r.admitterGauge(ctx, "go_memstats_heap_inuse_bytes")
+	m.idleHeap = r.liveHeap(ctx, b, "idle")
 	scrapeCtx, stopScrape := context.WithCancel(ctx)
 	scraper := newAdmitterScraper(r.s.Admitter, w.waitingCount)
 	scraped := make(chan struct{})
@@ -667,6 +705,9 @@ func (r *scaleRun) measure(ctx context.Context, b *testing.B, classes []scaleCla
 	m.start = time.Now()
 	w.startUsage(m.start)
 	m.createdAll = create(m.start).Sub(m.start)
+	if os.Getenv("SLUICE_BENCH_PROFILE_DIR") != "" {
+		r.liveHeap(ctx, b, "created") // near the peak: every workload exists, most still pending
+	}
 	admitted := waitFor(ctx, bound, m.start, "workloads admitted", func() (int, int) { return w.admittedCount(), n })
 	m.lastAdmitted = w.lastAdmission()
 	m.usage = w.stopUsage(m.lastAdmitted)
@@ -691,9 +732,9 @@ func (r *scaleRun) measure(ctx context.Context, b *testing.B, classes []scaleCla
 	m.memory = memory.report()
 	if drained {
 		m.drainedRSS = settledRSS(ctx, r.s.Admitter, time.Minute)
-		m.drainedHeap, _ = r.admitterGauge(ctx, "go_memstats_heap_inuse_bytes")
+		m.drainedHeap = r.liveHeap(ctx, b, "drained")
 	}
-	m.cycles = scraper.bands()
+	m.cycles = slices.Concat(scraper.bands("cycle"), scraper.bands("cycle-written"))
 	m.timeline = scraper.timeline(m.start, 25)
 
 	m.admitted = w.admittedCount()
@@ -775,7 +816,8 @@ func (m *scaleMeasurement) print(classes []scaleClass) {
 		readmitted, admissions)
 	fmt.Printf("the last pod ended after %s\n", m.drained.Round(10*time.Millisecond))
 	fmt.Printf("admitter scheduling cycles by backlog (Workloads neither admitted nor finished, as the benchmark's informer saw them at each " +
-		"scrape of the admitter, every second; cycle times from its histogram, by the second a cycle ended, quantiles interpolated in its buckets):\n")
+		"scrape of the admitter, every second; times from its histograms, by the second they ended, quantiles interpolated in their buckets; " +
+		"cycle: deciding and queueing the writes, cycle-written: until the writes were answered):\n")
 	for _, c := range m.cycles {
 		fmt.Printf("  %s\n", c)
 	}
@@ -788,7 +830,7 @@ func (m *scaleMeasurement) print(classes []scaleClass) {
 	fmt.Printf("the admitter's Workload writes per workload, by operation: %s\n", perPod(m.writes.workloadOp, m.n))
 	fmt.Printf("CPU seconds from the first create until drained: %s\n", m.cpu)
 	fmt.Printf("peak resident memory (VmHWM), MB: %s\n", m.memory)
-	fmt.Printf("admitter resident memory: idle before the run %s (heap in use %.0f MB); drained after the run %s (heap in use %.0f MB)\n",
+	fmt.Printf("admitter resident memory: idle before the run %s (live heap, collected, %.0f MB); drained after the run %s (live heap %.0f MB)\n",
 		m.idle, m.idleHeap/(1<<20), m.drainedRSS, m.drainedHeap/(1<<20))
 	fmt.Printf("quota: the most cpu a ClusterQueue's status reported reserved %s, a cohort's %s; the most its running pods held, a ClusterQueue %s, a cohort %s\n",
 		milli(m.watch.maxStatus(false)), milli(m.watch.maxStatus(true)), milli(m.watch.maxHeld(false)), milli(m.watch.maxHeld(true)))

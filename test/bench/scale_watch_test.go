@@ -118,12 +118,19 @@ func (w *scaleWatch) violation(format string, args ...any) {
 	}
 }
 
-func (w *scaleWatch) pod(obj any, deleted bool) {
+// runPod is obj as one of a run's pods, with its index in the run's pods
+// (index is by namespace/name).
+func runPod(index map[string]int, obj any) (*corev1.Pod, int, bool) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
-		return
+		return nil, 0, false
 	}
-	i, ok := w.index[p.Namespace+"/"+p.Name]
+	i, ok := index[p.Namespace+"/"+p.Name]
+	return p, i, ok
+}
+
+func (w *scaleWatch) pod(obj any, deleted bool) {
+	p, i, ok := runPod(w.index, obj)
 	if !ok {
 		return
 	}
