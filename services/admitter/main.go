@@ -62,7 +62,7 @@ func run() error {
 	fs.StringVar(&cfg.LeaseName, "lease-name", app.DefaultLeaseName, "name of the leader Lease")
 	fs.DurationVar(&cfg.ProbeInterval, "probe-interval", 30*time.Second, "how often admission-check providers are probed for the AdmissionCheck Active condition")
 	fs.DurationVar(&cfg.StatusInterval, "queue-status-interval", time.Second, "least time between two status writes of one ClusterQueue or LocalQueue")
-	fs.IntVar(&cfg.WriteConcurrency, "write-concurrency", 32, "concurrent reservation and eviction writes of the scheduling cycles")
+	fs.IntVar(&cfg.WriteConcurrency, "write-concurrency", 32, "concurrent Workload writes of one scheduling cycle")
 	fs.IntVar(&cfg.CheckWorkers, "check-workers", 16, "workloads whose admission checks are evaluated at once")
 	fs.IntVar(&cfg.ReleaseWorkers, "release-workers", 8, "Release calls to admission-check providers in flight at once")
 	fs.DurationVar(&cfg.WaitForPodsReady.Timeout, "wait-for-pods-ready-timeout", 0,

@@ -59,8 +59,8 @@ const (
 
 // admitterSample is one scrape of the admitter: its backlog (workloads
 // pending, summed over ClusterQueues), the workloads holding quota, and
-// its histograms of the cycles' times: deciding and queueing their writes
-// (cycle), and until those writes were answered (written).
+// its histograms of the cycles' times: deciding (cycle), and until their
+// writes were answered (written).
 type admitterSample struct {
 	at                 time.Time
 	pending, reserving float64
@@ -212,8 +212,8 @@ var backlogBands = []struct {
 // cycleBand is the admitter's scheduling cycles while its backlog was in
 // a band, timed by one of its histograms.
 type cycleBand struct {
-	// what names the histogram: "cycle" (deciding, and queueing the
-	// writes) or "cycle-written" (until the writes were answered).
+	// what names the histogram: "cycle" (deciding) or "cycle-written"
+	// (a cycle that reserved or evicted, until its writes were answered).
 	what           string
 	name           string
 	seconds        float64 // scrape intervals in the band

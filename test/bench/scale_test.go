@@ -817,7 +817,7 @@ func (m *scaleMeasurement) print(classes []scaleClass) {
 	fmt.Printf("the last pod ended after %s\n", m.drained.Round(10*time.Millisecond))
 	fmt.Printf("admitter scheduling cycles by backlog (Workloads neither admitted nor finished, as the benchmark's informer saw them at each " +
 		"scrape of the admitter, every second; times from its histograms, by the second they ended, quantiles interpolated in their buckets; " +
-		"cycle: deciding and queueing the writes, cycle-written: until the writes were answered):\n")
+		"cycle: deciding, cycle-written: a cycle that reserved or evicted until its writes were answered):\n")
 	for _, c := range m.cycles {
 		fmt.Printf("  %s\n", c)
 	}

@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -40,67 +40,54 @@ func (a *Admitter) triggerCycleAt(t time.Time) {
 	a.timer = time.AfterFunc(time.Until(t), a.triggerCycle)
 }
 
-// cycleLoop runs a scheduling cycle whenever one is asked for, until ctx
-// ends. A cycle starts once the writes of the cycles before it are down to
-// what the workers take at once: it then plans against quota that is
-// almost all written, while the workers are still busy with the rest.
 func (a *Admitter) cycleLoop(ctx context.Context) {
 	// Settling a write whose outcome is unknown outlives the cycle that
 	// made it, but not the loop.
 	var settling sync.WaitGroup
 	defer settling.Wait()
-	writes := newWriteQueue(scheduler.MaxReservationsPerCycle, func(n int) { a.cfg.Metrics.CycleWritesPending.Set(float64(n)) })
-	var workers sync.WaitGroup
-	workers.Go(func() { writes.run(ctx, a.cfg.WriteConcurrency) })
-	defer workers.Wait()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-a.trigger:
 		}
-		writes.waitAtMost(ctx, a.cfg.WriteConcurrency)
-		a.cycle(ctx, writes, &settling)
+		a.cycle(ctx, &settling)
 	}
 }
 
-// cycle runs one scheduling cycle and queues the writes it decided on
-// writes: the reservations, then the evictions; the waiting messages go
-// to the writer's own workers. A reservation write that surely did not
-// land gives its assumed quota back to the scheduler; one whose outcome
-// is unknown keeps it assumed while settle finds out, in the background.
-func (a *Admitter) cycle(ctx context.Context, writes *writeQueue, settling *sync.WaitGroup) {
+// cycle runs one scheduling cycle and writes what it decided: the
+// reservations and evictions with bounded concurrency; the waiting
+// messages go to the writer's own workers. The next cycle waits for the
+// writes: the events that come meanwhile (workloads created, finished,
+// evicted) are answered together by it, and a head that does not fit now
+// is not made to preempt while quota is about to be freed anyway. A cycle
+// reserves for at most scheduler.MaxReservationsPerCycle, so the wait
+// stays bounded however deep the queues.
+func (a *Admitter) cycle(ctx context.Context, settling *sync.WaitGroup) {
 	start := time.Now()
 	a.syncQueues(ctx)
 	plan := a.sched.Cycle(start)
+	a.cfg.Metrics.CycleDuration.Observe(time.Since(start).Seconds())
 	if !plan.Wake.IsZero() {
 		a.triggerCycleAt(plan.Wake)
 	}
 	for _, w := range plan.Waiting {
 		a.writer.Tell(w.Workload, w.Message)
 	}
-	written := a.cycleWritten(start, len(plan.Reservations)+len(plan.Evictions))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(a.cfg.WriteConcurrency)
 	for _, r := range plan.Reservations {
-		writes.add(ctx, func(ctx context.Context) { a.reserve(ctx, r, settling); written() })
+		g.Go(func() error { a.reserve(gctx, r, settling); return nil })
 	}
 	for _, ev := range plan.Evictions {
-		writes.add(ctx, func(ctx context.Context) { a.evict(ctx, ev); written() })
+		g.Go(func() error { a.evict(gctx, ev); return nil })
+	}
+	_ = g.Wait()
+	if len(plan.Reservations)+len(plan.Evictions) > 0 {
+		a.cfg.Metrics.CycleWritesDuration.Observe(time.Since(start).Seconds())
 	}
 	if plan.More {
 		a.triggerCycle()
-	}
-	a.cfg.Metrics.CycleDuration.Observe(time.Since(start).Seconds())
-}
-
-// cycleWritten returns what each of the n writes of the cycle started at
-// start calls once answered: the last one times the cycle with its writes.
-func (a *Admitter) cycleWritten(start time.Time, n int) func() {
-	var left atomic.Int64
-	left.Store(int64(n))
-	return func() {
-		if left.Add(-1) == 0 {
-			a.cfg.Metrics.CycleWritesDuration.Observe(time.Since(start).Seconds())
-		}
 	}
 }
 

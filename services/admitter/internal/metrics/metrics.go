@@ -13,15 +13,13 @@ const namespace = "sluice_admitter"
 
 // Metrics are the admitter's collectors.
 type Metrics struct {
-	// CycleDuration times scheduling cycles: deciding, and queueing the
-	// writes decided.
+	// CycleDuration times scheduling cycles' decisions, their writes
+	// excluded.
 	CycleDuration prometheus.Histogram
-	// CycleWritesDuration times scheduling cycles from their start until
-	// every write they queued was answered.
+	// CycleWritesDuration times the scheduling cycles that reserved or
+	// evicted, from their start until every one of those writes was
+	// answered.
 	CycleWritesDuration prometheus.Histogram
-	// CycleWritesPending is the number of reservation and eviction writes
-	// cycles queued that have not been answered yet.
-	CycleWritesPending prometheus.Gauge
 	// CycleReserved counts reservations made by scheduling cycles.
 	CycleReserved prometheus.Counter
 	// PendingWorkloads is the number of workloads waiting for quota, per
@@ -109,17 +107,13 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		CycleDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "cycle_duration_seconds",
-			Help:    "Time one scheduling cycle takes to decide and queue its writes; the writes are in cycle_writes_pending.",
+			Help:    "Time one scheduling cycle takes to decide, its writes excluded (see cycle_writes_duration_seconds).",
 			Buckets: cycleBuckets(),
 		}),
 		CycleWritesDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "cycle_writes_duration_seconds",
-			Help:    "Time from a scheduling cycle's start until every reservation and eviction it queued was written (or failed).",
+			Help:    "Time from the start of a scheduling cycle that reserved or evicted until every one of those writes was answered.",
 			Buckets: cycleBuckets(),
-		}),
-		CycleWritesPending: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "cycle_writes_pending",
-			Help: "Reservation and eviction writes queued by scheduling cycles and not answered yet.",
 		}),
 		CycleReserved: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "reservations_total",
@@ -216,7 +210,6 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	m.CycleDuration = register(m.CycleDuration).(prometheus.Histogram)
 	m.CycleWritesDuration = register(m.CycleWritesDuration).(prometheus.Histogram)
-	m.CycleWritesPending = register(m.CycleWritesPending).(prometheus.Gauge)
 	m.CycleReserved = register(m.CycleReserved).(prometheus.Counter)
 	m.PendingWorkloads = register(m.PendingWorkloads).(*prometheus.GaugeVec)
 	m.ReservingWorkloads = register(m.ReservingWorkloads).(*prometheus.GaugeVec)

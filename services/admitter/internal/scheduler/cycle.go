@@ -19,10 +19,10 @@ import (
 // reservations found; Plan.More asks for the next cycle at once.
 const MaxTriesPerCycle = 2048
 
-// MaxReservationsPerCycle bounds the reservations one cycle hands out. The
-// admitter writes them while the next cycle plans, and that cycle starts
-// once they are almost written: a workload that comes meanwhile, whatever
-// its priority, waits behind at most this many writes, however deep the
+// MaxReservationsPerCycle bounds the reservations one cycle hands out.
+// The admitter writes a cycle's plan before it runs the next, so this
+// bounds that wait: a workload that comes meanwhile, whatever its
+// priority, waits behind at most this many writes, however deep the
 // queues. The heads that fit beyond it stay first in their queues for the
 // next cycle, which Plan.More asks for.
 const MaxReservationsPerCycle = 256
