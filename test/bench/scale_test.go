@@ -238,8 +238,8 @@ func startScaleRun(ctx context.Context, b *testing.B, maxCPU int64) *scaleRun {
 	if err := sluicev1alpha1.AddToScheme(r.cl.Scheme()); err != nil {
 		b.Fatal(err)
 	}
-	// The admitter serves its profiles in every run: liveHeap collects
-	// its garbage through them.
+	// The admitter serves its profiles in every run: collectedHeap has it
+	// collect its garbage through them.
 	opts := harness.Options{BinDir: os.Getenv("SLUICE_SERVICES_BIN"), Args: map[string][]string{"admitter": {"--pprof"}}}
 	if os.Getenv("SLUICE_BENCH_PROFILE_DIR") != "" {
 		opts.Args["grouper"], opts.Args["webhook"] = []string{"--pprof"}, []string{"--pprof"}
@@ -613,12 +613,12 @@ func runDeepQueue(b *testing.B, n int, f float64) {
 	m.report(b, []scaleClass{class}, result)
 }
 
-// liveHeap is the admitter's heap in use once its garbage is collected:
-// what it holds, where the resident size also counts memory the runtime
-// has not returned yet. Asking for a heap profile collects it first; with
+// collectedHeap is the admitter's heap in use right after a collection:
+// the spans its live objects occupy, where the resident size also counts
+// memory the runtime has not returned yet. Asking for a heap profile collects it first; with
 // SLUICE_BENCH_PROFILE_DIR set, the profile is kept as
 // admitter-heap-<when>.pprof.
-func (r *scaleRun) liveHeap(ctx context.Context, b *testing.B, when string) float64 {
+func (r *scaleRun) collectedHeap(ctx context.Context, b *testing.B, when string) float64 {
 	profile, code, err := r.s.Admitter.Get(ctx, "/debug/pprof/heap?gc=1")
 	if err != nil || code != http.StatusOK {
 		b.Logf("collecting the admitter's garbage: %d %v", code, err)
@@ -686,7 +686,7 @@ func (r *scaleRun) measure(ctx context.Context, b *testing.B, classes []scaleCla
 	}
 
 	m.idle = settledRSS(ctx, r.s.Admitter, 15*time.Second)
-	m.idleHeap = r.liveHeap(ctx, b, "idle")
+	m.idleHeap = r.collectedHeap(ctx, b, "idle")
 	scrapeCtx, stopScrape := context.WithCancel(ctx)
 	scraper := newAdmitterScraper(r.s.Admitter, w.waitingCount)
 	scraped := make(chan struct{})
@@ -706,7 +706,7 @@ func (r *scaleRun) measure(ctx context.Context, b *testing.B, classes []scaleCla
 	w.startUsage(m.start)
 	m.createdAll = create(m.start).Sub(m.start)
 	if os.Getenv("SLUICE_BENCH_PROFILE_DIR") != "" {
-		r.liveHeap(ctx, b, "created") // near the peak: every workload exists, most still pending
+		r.collectedHeap(ctx, b, "created") // near the peak: every workload exists, most still pending
 	}
 	admitted := waitFor(ctx, bound, m.start, "workloads admitted", func() (int, int) { return w.admittedCount(), n })
 	m.lastAdmitted = w.lastAdmission()
@@ -732,7 +732,7 @@ func (r *scaleRun) measure(ctx context.Context, b *testing.B, classes []scaleCla
 	m.memory = memory.report()
 	if drained {
 		m.drainedRSS = settledRSS(ctx, r.s.Admitter, time.Minute)
-		m.drainedHeap = r.liveHeap(ctx, b, "drained")
+		m.drainedHeap = r.collectedHeap(ctx, b, "drained")
 	}
 	m.cycles = slices.Concat(scraper.bands("cycle"), scraper.bands("cycle-written"))
 	m.timeline = scraper.timeline(m.start, 25)
@@ -830,7 +830,7 @@ func (m *scaleMeasurement) print(classes []scaleClass) {
 	fmt.Printf("the admitter's Workload writes per workload, by operation: %s\n", perPod(m.writes.workloadOp, m.n))
 	fmt.Printf("CPU seconds from the first create until drained: %s\n", m.cpu)
 	fmt.Printf("peak resident memory (VmHWM), MB: %s\n", m.memory)
-	fmt.Printf("admitter resident memory: idle before the run %s (live heap, collected, %.0f MB); drained after the run %s (live heap %.0f MB)\n",
+	fmt.Printf("admitter resident memory: idle before the run %s (heap in use after a collection %.0f MB); drained after the run %s (heap in use after a collection %.0f MB)\n",
 		m.idle, m.idleHeap/(1<<20), m.drainedRSS, m.drainedHeap/(1<<20))
 	fmt.Printf("quota: the most cpu a ClusterQueue's status reported reserved %s, a cohort's %s; the most its running pods held, a ClusterQueue %s, a cohort %s\n",
 		milli(m.watch.maxStatus(false)), milli(m.watch.maxStatus(true)), milli(m.watch.maxHeld(false)), milli(m.watch.maxHeld(true)))

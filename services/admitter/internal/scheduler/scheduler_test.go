@@ -190,6 +190,25 @@ func TestCycleStopsAtMaxReservations(t *testing.T) {
 	}
 }
 
+// TestCycleStopsAtMaxTries: heads that do not fit are tried at most
+// MaxTriesPerCycle times in a cycle, which asks for the next to try the
+// rest.
+func TestCycleStopsAtMaxTries(t *testing.T) {
+	const pending = MaxTriesPerCycle + 10
+	f := newFixture(t)
+	f.clusterQueue("cq", "1")
+	for i := range pending {
+		f.s.Observe(f.workload(fmt.Sprintf("w%05d", i), "lq-cq", "2", i, 0))
+	}
+	plan := f.cycle()
+	if plan.Tried != MaxTriesPerCycle || len(plan.Reservations) != 0 || !plan.More {
+		t.Fatalf("tried %d, reserved %d (more: %v); want %d tried, none reserved, and more", plan.Tried, len(plan.Reservations), plan.More, MaxTriesPerCycle)
+	}
+	if plan = f.cycle(); plan.Tried != 10 || plan.More {
+		t.Fatalf("the next cycle tried %d (more: %v), want the 10 left", plan.Tried, plan.More)
+	}
+}
+
 func TestCompareCandidates(t *testing.T) {
 	f := newFixture(t)
 	cand := func(name string, age int, priority int32, borrowing bool) candidate {
