@@ -74,13 +74,15 @@ func (a *Admitter) cycle(ctx context.Context, settling *sync.WaitGroup) {
 	for _, w := range plan.Waiting {
 		a.writer.Tell(w.Workload, w.Message)
 	}
-	g, gctx := errgroup.WithContext(ctx)
+	// The writes get ctx itself, not a context of the group's, which Wait
+	// would cancel: settling a reservation outlives the cycle.
+	var g errgroup.Group
 	g.SetLimit(a.cfg.WriteConcurrency)
 	for _, r := range plan.Reservations {
-		g.Go(func() error { a.reserve(gctx, r, settling); return nil })
+		g.Go(func() error { a.reserve(ctx, r, settling); return nil })
 	}
 	for _, ev := range plan.Evictions {
-		g.Go(func() error { a.evict(gctx, ev); return nil })
+		g.Go(func() error { a.evict(ctx, ev); return nil })
 	}
 	_ = g.Wait()
 	if len(plan.Reservations)+len(plan.Evictions) > 0 {
@@ -91,7 +93,8 @@ func (a *Admitter) cycle(ctx context.Context, settling *sync.WaitGroup) {
 	}
 }
 
-// reserve writes reservation r.
+// reserve writes reservation r; one whose outcome is unknown is settled
+// in the background, under ctx.
 func (a *Admitter) reserve(ctx context.Context, r scheduler.Reservation, settling *sync.WaitGroup) {
 	id := workload.NewReservationID()
 	err := a.writer.Reserve(ctx, r, id)
