@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"os"
@@ -37,30 +38,38 @@ func newCPUMeter(env *testenv.Env, s *harness.Sluice) *cpuMeter {
 
 // report gives the CPU seconds each process used since the meter was made,
 // the busiest first.
-func (m *cpuMeter) report() string {
-	now := cpuSeconds(m.pids)
+func (m *cpuMeter) report() string { return cpuReport(m.usedByProcess()) }
+
+// usedByProcess is the CPU seconds each process used since the meter was
+// made, all read at once.
+func (m *cpuMeter) usedByProcess() map[string]float64 {
 	used := map[string]float64{}
-	var total float64
-	for name, t := range now {
+	for name, t := range cpuSeconds(m.pids) {
 		if t0, ok := m.start[name]; ok {
 			used[name] = t - t0
-			total += t - t0
 		}
 	}
-	names := slices.SortedFunc(maps.Keys(used), func(a, b string) int {
-		switch {
-		case used[a] > used[b]:
-			return -1
-		case used[a] < used[b]:
-			return 1
-		}
-		return strings.Compare(a, b)
-	})
-	parts := make([]string, 0, len(names))
-	for _, n := range names {
+	return used
+}
+
+// cpuReport renders CPU seconds by process, the busiest first, after
+// their total.
+func cpuReport(used map[string]float64) string {
+	var total float64
+	parts := make([]string, 0, len(used))
+	for _, n := range largestFirst(used) {
+		total += used[n]
 		parts = append(parts, fmt.Sprintf("%s %.1f", n, used[n]))
 	}
 	return fmt.Sprintf("%.1f in all: %s", total, strings.Join(parts, ", "))
+}
+
+// largestFirst is m's keys by their values, the largest first, ties by
+// name.
+func largestFirst[V cmp.Ordered](m map[string]V) []string {
+	return slices.SortedFunc(maps.Keys(m), func(a, b string) int {
+		return cmp.Or(cmp.Compare(m[b], m[a]), strings.Compare(a, b))
+	})
 }
 
 // used is the CPU seconds process name used since the meter was made.

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -191,7 +190,8 @@ func measureRawScale(ctx context.Context, b *testing.B, env *testenv.Env, pods [
 	// A pod that failed or was deleted never succeeds: wait for every pod
 	// to end, however, and tell which did not succeed.
 	ended := started && waitFor(ctx, 10*time.Minute, time.Now(), "pods ended", func() (int, int) { return w.counts().ended, n })
-	m.cpuReport, m.cpuUsed = cpu.report(), cpuUsedSince(cpu)
+	m.cpuUsed = cpu.usedByProcess()
+	m.cpuReport = cpuReport(m.cpuUsed)
 	m.peak = peakMemory(env)
 	after, err := env.RequestCounts(ctx)
 	if err != nil {
@@ -334,31 +334,9 @@ func (w *rawWatch) problems() []string {
 	return []string{fmt.Sprintf("%d pods ended without succeeding: %s", w.nUnsuccessful, strings.Join(w.unsuccessful, "; "))}
 }
 
-// rawLatency is the spread of a set of durations.
-type rawLatency struct {
-	n              int
-	p50, p99, mean time.Duration
-}
-
-func (l rawLatency) String() string {
-	if l.n == 0 {
-		return "none"
-	}
-	return fmt.Sprintf("p50 %s  p99 %s  mean %s", l.p50, l.p99, l.mean)
-}
-
-func spread(ds []time.Duration) rawLatency {
-	slices.Sort(ds)
-	l := rawLatency{n: len(ds)}
-	if len(ds) > 0 {
-		l.p50, l.p99, l.mean = pct(ds, 50), pct(ds, 99), mean(ds)
-	}
-	return l
-}
-
 // latency is the time from each pod's create to to(i), over the pods of
 // class (any class when class < 0) seen there. Read after the creates.
-func (w *rawWatch) latency(class int, to func(i int) time.Time) rawLatency {
+func (w *rawWatch) latency(class int, to func(i int) time.Time) latencySpread {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var ds []time.Duration
@@ -371,11 +349,11 @@ func (w *rawWatch) latency(class int, to func(i int) time.Time) rawLatency {
 }
 
 // toStarted and toRunning are create→started and create→Running.
-func (w *rawWatch) toStarted(class int) rawLatency {
+func (w *rawWatch) toStarted(class int) latencySpread {
 	return w.latency(class, func(i int) time.Time { return w.started[i] })
 }
 
-func (w *rawWatch) toRunning(class int) rawLatency {
+func (w *rawWatch) toRunning(class int) latencySpread {
 	return w.latency(class, func(i int) time.Time { return w.running[i] })
 }
 
@@ -396,23 +374,10 @@ func peakMemory(env *testenv.Env) map[string]uint64 {
 	return out
 }
 
-// cpuUsedSince is the CPU seconds each process of m used since m was
-// made, read at once so that they add up to its report's total.
-func cpuUsedSince(m *cpuMeter) map[string]float64 {
-	used := cpuSeconds(m.pids)
-	for name := range used {
-		used[name] -= m.start[name]
-	}
-	return used
-}
-
 // peakString renders peak memory in MB, the largest first.
 func peakString(peak map[string]uint64) string {
-	names := slices.SortedFunc(maps.Keys(peak), func(a, b string) int {
-		return cmp.Or(cmp.Compare(peak[b], peak[a]), strings.Compare(a, b))
-	})
-	parts := make([]string, 0, len(names))
-	for _, name := range names {
+	parts := make([]string, 0, len(peak))
+	for _, name := range largestFirst(peak) {
 		parts = append(parts, fmt.Sprintf("%s %.0f", name, mb(peak[name])))
 	}
 	return strings.Join(parts, ", ")

@@ -770,8 +770,8 @@ func mean(ds []time.Duration) time.Duration {
 // classLatency is a class's time to admission: pod create to the
 // Workload first seen Admitted.
 type classLatency struct {
-	admitted, preempted int
-	p50, p99, mean      time.Duration
+	preempted int
+	latencySpread
 }
 
 func (m *scaleMeasurement) latency(class int) classLatency {
@@ -791,8 +791,27 @@ func (m *scaleMeasurement) latency(class int) classLatency {
 			ds = append(ds, t.Sub(p.created))
 		}
 	}
+	l.latencySpread = spread(ds)
+	return l
+}
+
+// latencySpread is the spread of a set of durations, n of them.
+type latencySpread struct {
+	n              int
+	p50, p99, mean time.Duration
+}
+
+func (l latencySpread) String() string {
+	if l.n == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("p50 %s  p99 %s  mean %s", l.p50, l.p99, l.mean)
+}
+
+// spread sorts ds and returns its spread.
+func spread(ds []time.Duration) latencySpread {
 	slices.Sort(ds)
-	l.admitted = len(ds)
+	l := latencySpread{n: len(ds)}
 	if len(ds) > 0 {
 		l.p50, l.p99, l.mean = pct(ds, 50), pct(ds, 99), mean(ds)
 	}
@@ -809,7 +828,7 @@ func (m *scaleMeasurement) print(classes []scaleClass) {
 			kueue = fmt.Sprintf(" (Kueue's mean %s)", class.kueueMean.Round(time.Millisecond))
 		}
 		fmt.Printf("  %-6s (%d cpu, priority %d, runs %s): %d admitted, %d of them preempted: p50 %s  p99 %s  mean %s%s\n",
-			class.name, class.cpu, class.priority, class.runFor, l.admitted, l.preempted, l.p50, l.p99, l.mean, kueue)
+			class.name, class.cpu, class.priority, class.runFor, l.n, l.preempted, l.p50, l.p99, l.mean, kueue)
 	}
 	readmitted, admissions := m.watch.readmitted()
 	fmt.Printf("admitted again: %d workloads preempted before their pod was released, so queued again with it gated (%d admissions in all)\n",
