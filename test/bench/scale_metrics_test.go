@@ -460,3 +460,67 @@ func settledRSS(ctx context.Context, svc *harness.Service, bound time.Duration) 
 	}
 	return settled{rss: low, took: time.Since(start)}
 }
+
+// grouperTimes are the grouper's histograms of where a pod's handling
+// waits, as sums and counts: in its work queue, at work, and from its
+// workload's admission (or from the decision reaching the grouper) to its
+// ungate written.
+type grouperTimes map[string]histSum
+
+type histSum struct{ sum, count float64 }
+
+// grouperTimeMetrics name the histograms of grouperTimes, by what they say.
+var grouperTimeMetrics = []struct{ name, metric, queue string }{
+	{"queued", "workqueue_queue_duration_seconds", "pods"},
+	{"working", "workqueue_work_duration_seconds", "pods"},
+	{"admission-to-ungate", "sluice_grouper_admission_to_ungate_seconds", ""},
+	{"decision-to-ungate", "sluice_grouper_decision_to_ungate_seconds", ""},
+}
+
+// readGrouperTimes scrapes the grouper's histograms of grouperTimes,
+// summing their series (the work queue's only for queue pods).
+func readGrouperTimes(ctx context.Context, s *harness.Sluice) grouperTimes {
+	out := grouperTimes{}
+	families, err := metricFamilies(ctx, s.Grouper)
+	if err != nil {
+		return out
+	}
+	for _, t := range grouperTimeMetrics {
+		var h histSum
+		for _, m := range families[t.metric].GetMetric() {
+			if t.queue != "" && !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool {
+				return l.GetName() == "name" && l.GetValue() == t.queue
+			}) {
+				continue
+			}
+			h.sum += m.GetHistogram().GetSampleSum()
+			h.count += float64(m.GetHistogram().GetSampleCount())
+		}
+		out[t.name] = h
+	}
+	return out
+}
+
+// since is what the histograms gathered after before.
+func (g grouperTimes) since(before grouperTimes) grouperTimes {
+	out := grouperTimes{}
+	for k, h := range g {
+		out[k] = histSum{sum: h.sum - before[k].sum, count: h.count - before[k].count}
+	}
+	return out
+}
+
+// mean is the mean of k's samples.
+func (g grouperTimes) mean(k string) time.Duration {
+	h := g[k]
+	if h.count <= 0 {
+		return 0
+	}
+	return time.Duration(h.sum / h.count * float64(time.Second)).Round(time.Millisecond)
+}
+
+func (g grouperTimes) String() string {
+	return fmt.Sprintf("%.0f pod reconciles, each waiting %s on average in the work queue and taking %s; "+
+		"from a workload's admission to its pod's ungate written %s on average (%s from the decision reaching the grouper)",
+		g["working"].count, g.mean("queued"), g.mean("working"), g.mean("admission-to-ungate"), g.mean("decision-to-ungate"))
+}

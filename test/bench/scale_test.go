@@ -657,6 +657,7 @@ type scaleMeasurement struct {
 	memory                    memoryReport
 	idle, drainedRSS          settled
 	idleHeap, drainedHeap     float64
+	grouper                   grouperTimes
 	errors                    []string
 }
 
@@ -697,6 +698,7 @@ func (r *scaleRun) measure(ctx context.Context, b *testing.B, classes []scaleCla
 		b.Fatal(err)
 	}
 	servicesBefore, opsBefore := serviceWrites(ctx, r.s), admitterWrites(ctx, r.s)
+	grouperBefore := readGrouperTimes(ctx, r.s)
 	cpu := newCPUMeter(r.env, r.s)
 
 	if dir := os.Getenv("SLUICE_BENCH_PROFILE_DIR"); dir != "" {
@@ -729,6 +731,7 @@ func (r *scaleRun) measure(ctx context.Context, b *testing.B, classes []scaleCla
 	m.writes = scaleWrites{services: subtractWrites(serviceWrites(ctx, r.s), servicesBefore),
 		workloadOp: subtractWrites(admitterWrites(ctx, r.s), opsBefore)}
 	m.writes.all, m.writes.byResource, _ = countRequests(apiAfter, apiBefore)
+	m.grouper = readGrouperTimes(ctx, r.s).since(grouperBefore)
 	m.memory = memory.report()
 	if drained {
 		m.drainedRSS = settledRSS(ctx, r.s.Admitter, time.Minute)
@@ -834,6 +837,8 @@ func (m *scaleMeasurement) print(classes []scaleClass) {
 	fmt.Printf("admitted again: %d workloads preempted before their pod was released, so queued again with it gated (%d admissions in all)\n",
 		readmitted, admissions)
 	fmt.Printf("the last pod ended after %s\n", m.drained.Round(10*time.Millisecond))
+	fmt.Println(m.watch.holdBreakdown())
+	fmt.Printf("the grouper over the run: %s\n", m.grouper)
 	fmt.Printf("admitter scheduling cycles by backlog (Workloads neither admitted nor finished, as the benchmark's informer saw them at each " +
 		"scrape of the admitter, every second; times from its histograms, by the second they ended, quantiles interpolated in their buckets; " +
 		"cycle: deciding, cycle-written: a cycle that reserved or evicted until its writes were answered):\n")
@@ -877,6 +882,8 @@ func (m *scaleMeasurement) report(b *testing.B, classes []scaleClass, head []str
 		fields = append(fields, fmt.Sprintf("%[1]s-p50-ms=%[2]d %[1]s-p99-ms=%[3]d %[1]s-mean-ms=%[4]d %[1]s-preempted=%[5]d",
 			class.name, l.p50.Milliseconds(), l.p99.Milliseconds(), l.mean.Milliseconds(), l.preempted))
 	}
+	fields = append(fields, m.watch.holdBreakdown().fields(), fmt.Sprintf("grouper-queued-ms=%d grouper-working-ms=%d grouper-admission-to-ungate-ms=%d",
+		m.grouper.mean("queued").Milliseconds(), m.grouper.mean("working").Milliseconds(), m.grouper.mean("admission-to-ungate").Milliseconds()))
 	for _, c := range m.cycles {
 		fields = append(fields, c.fields())
 	}

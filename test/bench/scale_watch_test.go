@@ -61,7 +61,10 @@ type scaleWatch struct {
 	nWaiting  int
 	// history is each Workload's states as seen (its conditions in short),
 	// a few at most, to say what happened to one admitted twice.
-	history           [][]string
+	history [][]string
+	// stages dates each pod's workload's steps between its admission and
+	// the release of its quota.
+	stages            []holdTimes
 	otherEvictions    []string
 	nAdmitted, nEnded int
 	lastAdmitted      time.Time
@@ -87,7 +90,7 @@ func newScaleWatch(classes []scaleClass, queues []scaleQueue, cohorts []string, 
 		ungated: make([]time.Time, n), admitted: make([]time.Time, n),
 		ended: make([]bool, n), holding: make([]bool, n), preempted: make([]bool, n), admittedIs: make([]bool, n),
 		evictedSince: make([]bool, n), reservations: make([][]string, n), ungatedUnder: make([]string, n),
-		history: make([][]string, n), waitingIs: make([]bool, n),
+		history: make([][]string, n), waitingIs: make([]bool, n), stages: make([]holdTimes, n),
 		queueHeld: make([]int64, len(queues)), queueHeldMax: make([]int64, len(queues)), queueStatus: make([]int64, len(queues)),
 		queueNow:   make([]int64, len(queues)),
 		cohortHeld: make([]int64, len(cohorts)), cohortHeldMax: make([]int64, len(cohorts)), cohortStatus: make([]int64, len(cohorts)),
@@ -109,6 +112,26 @@ func (w *scaleWatch) observe(ctx context.Context, b *testing.B, informers cache.
 	observeAll(ctx, b, informers, &sluicev1alpha1.Workload{}, w.workload)
 	observeAll(ctx, b, informers, &sluicev1alpha1.ClusterQueue{}, w.clusterQueue)
 	observeAll(ctx, b, informers, &sluicev1alpha1.Cohort{}, w.cohort)
+}
+
+// unadmittedHolders lists, for a violation in cohort c, the pods that hold
+// quota there (ungated, not ended) while their Workload is not admitted,
+// with what happened to each: the quota given back too early. Call it
+// under mu.
+func (w *scaleWatch) unadmittedHolders(c int) string {
+	if len(w.violations) >= 10 {
+		return ""
+	}
+	var out []string
+	for i, p := range w.pods {
+		if w.holding[i] && !w.admittedIs[i] && w.queues[p.queue].cohort == c && len(out) < 5 {
+			out = append(out, w.queues[p.queue].name+"/"+p.name+" ("+strings.Join(w.history[i], " -> ")+")")
+		}
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return "; running while their Workload is not admitted: " + strings.Join(out, "; ")
 }
 
 // violation records a broken rule; the first few are kept.
@@ -142,6 +165,9 @@ func (w *scaleWatch) pod(obj any, deleted bool) {
 		w.ungatedUnder[i] = p.Annotations[podkeys.ReservationAnnotation]
 	}
 	ended := deleted || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+	if !deleted {
+		w.stages[i].seePod(p)
+	}
 	w.record(i, podState(p, deleted))
 	if ended && !w.ended[i] {
 		w.ended[i] = true
@@ -167,8 +193,8 @@ func (w *scaleWatch) pod(obj any, deleted bool) {
 		w.cohortHeld[c] += cpu
 		w.cohortHeldMax[c] = max(w.cohortHeldMax[c], w.cohortHeld[c])
 		if w.cohortHeld[c] > w.limits.cohort {
-			w.violation("cohort %s: its running pods hold %s cpu, over its pooled %s (at pod %s/%s)", w.cohorts[c],
-				milli(w.cohortHeld[c]), milli(w.limits.cohort), p.Namespace, p.Name)
+			w.violation("cohort %s: its running pods hold %s cpu, over its pooled %s (at pod %s/%s)%s", w.cohorts[c],
+				milli(w.cohortHeld[c]), milli(w.limits.cohort), p.Namespace, p.Name, w.unadmittedHolders(c))
 		}
 	}
 }
@@ -204,6 +230,7 @@ func (w *scaleWatch) workload(obj any, deleted bool) {
 		return
 	}
 	w.record(i, workloadState(wl))
+	w.stages[i].seeWorkload(wl)
 	if c := meta.FindStatusCondition(wl.Status.Conditions, sluicev1alpha1.WorkloadEvicted); c != nil && c.Status == metav1.ConditionTrue {
 		w.evictedSince[i] = true
 		if c.Reason == sluicev1alpha1.ReasonPreempted {

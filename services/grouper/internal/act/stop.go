@@ -150,8 +150,12 @@ func FailureMessage(pod *corev1.Pod) string {
 }
 
 // RemoveFinalizer removes sluice's finalizer from pod with a guarded JSON
-// patch.
-func (p Pods) RemoveFinalizer(ctx context.Context, pod *corev1.Pod) error {
+// patch, once: st remembers it, so a reconcile of an event from before
+// the removal, with the cache not caught up yet, sends nothing.
+func (p Pods) RemoveFinalizer(ctx context.Context, pod *corev1.Pod, st *podstate.State) error {
+	if st.FinalizerRemoved {
+		return nil
+	}
 	patch, found, err := podpatch.RemoveFinalizer(pod)
 	if err != nil || !found {
 		return err
@@ -167,6 +171,7 @@ func (p Pods) RemoveFinalizer(ctx context.Context, pod *corev1.Pod) error {
 		return fmt.Errorf("remove finalizer of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	crashpoint.Hit("grouper/remove-finalizer")
+	st.FinalizerRemoved = true
 	p.Metrics.FinalizersRemoved.Inc()
 	return nil
 }

@@ -102,7 +102,7 @@ func (p *Path) Reconcile(ctx context.Context, pod *corev1.Pod, key workload.Key,
 	case decided && (action == admitterv1.Decision_ACTION_DELETE || action == admitterv1.Decision_ACTION_EVICT) && (ended || neverRan):
 		// The pods of a stopped group come back as new pods; an ended one
 		// holds nothing.
-		return reconcile.Result{}, p.Pods.RemoveFinalizer(ctx, pod)
+		return reconcile.Result{}, p.Pods.RemoveFinalizer(ctx, pod, st)
 	case decided && action == admitterv1.Decision_ACTION_DELETE && d.GetFinished() && podpatch.HasGate(pod):
 		// A later run of the group: it queues once the finished one is gone.
 		return reconcile.Result{}, nil
@@ -114,7 +114,7 @@ func (p *Path) Reconcile(ctx context.Context, pod *corev1.Pod, key workload.Key,
 		}
 		return p.Pods.Evict(ctx, pod, d, st)
 	case ended || neverRan:
-		return p.progress(ctx, pod, key, entry, decided && action == admitterv1.Decision_ACTION_ADMIT)
+		return p.progress(ctx, pod, key, entry, decided && action == admitterv1.Decision_ACTION_ADMIT, st)
 	case loss == act.GateRemoved:
 		return p.Pods.StopUngated(ctx, pod, st)
 	case loss == act.GateReleased:

@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-dev/sluice/services/grouper/internal/decisions"
 	"github.com/sluice-dev/sluice/services/grouper/internal/group"
 	"github.com/sluice-dev/sluice/services/grouper/internal/podpatch"
+	"github.com/sluice-dev/sluice/services/grouper/internal/podstate"
 	"github.com/sluice-dev/sluice/services/grouper/internal/workload"
 )
 
@@ -23,12 +24,12 @@ import (
 // newer pod of its role replaced it (failed pods hold their place until
 // then), or, for a pod being deleted, once the group's state with it gone
 // is reported. Without an admission an ended pod holds nothing.
-func (p *Path) progress(ctx context.Context, pod *corev1.Pod, key workload.Key, entry decisions.Entry, admitted bool) (reconcile.Result, error) {
+func (p *Path) progress(ctx context.Context, pod *corev1.Pod, key workload.Key, entry decisions.Entry, admitted bool, st *podstate.State) (reconcile.Result, error) {
 	if !podpatch.HasFinalizer(pod) {
 		return reconcile.Result{}, nil
 	}
 	if !admitted {
-		if err := p.Pods.RemoveFinalizer(ctx, pod); err != nil {
+		if err := p.Pods.RemoveFinalizer(ctx, pod, st); err != nil {
 			return reconcile.Result{}, err
 		}
 		// A pod that leaves a group before admission (excess, a stranger,
@@ -53,7 +54,7 @@ func (p *Path) progress(ctx context.Context, pod *corev1.Pod, key workload.Key, 
 				}
 			}
 		}
-		return reconcile.Result{}, p.Pods.RemoveFinalizer(ctx, pod)
+		return reconcile.Result{}, p.Pods.RemoveFinalizer(ctx, pod, st)
 	}
 	if err := p.reportState(ctx, key, ref, state); err != nil {
 		return reconcile.Result{}, err
@@ -64,7 +65,7 @@ func (p *Path) progress(ctx context.Context, pod *corev1.Pod, key workload.Key, 
 	}
 	for _, replaced := range state.Replaced {
 		if replaced.UID == pod.UID {
-			return reconcile.Result{}, p.Pods.RemoveFinalizer(ctx, pod)
+			return reconcile.Result{}, p.Pods.RemoveFinalizer(ctx, pod, st)
 		}
 	}
 	if pod.DeletionTimestamp != nil && (pod.Status.Phase == corev1.PodSucceeded || podgroup.Retriable(pod)) {
@@ -72,7 +73,7 @@ func (p *Path) progress(ctx context.Context, pod *corev1.Pod, key workload.Key, 
 		// place to fill) is recorded by the report above, so it need not
 		// stay Terminating. A non-retriable failure is kept until the group
 		// ends, which that failure decides.
-		return reconcile.Result{}, p.Pods.RemoveFinalizer(ctx, pod)
+		return reconcile.Result{}, p.Pods.RemoveFinalizer(ctx, pod, st)
 	}
 	return reconcile.Result{}, nil
 }

@@ -29,6 +29,10 @@ type State struct {
 	Ungated bool
 	// Reported: the finish of the pod was reported.
 	Reported bool
+	// FinalizerRemoved: sluice's finalizer was removed, even if the cache
+	// lags. A pod event from before the removal must not send it again: its
+	// patch would fail its test and be retried for nothing.
+	FinalizerRemoved bool
 	// Evicted: the pod was deleted for an eviction.
 	Evicted bool
 	// Released: the pod was found released by someone else (gate and

@@ -184,5 +184,5 @@ func (p *Path) finish(ctx context.Context, pod *corev1.Pod, key workload.Key, st
 		crashpoint.Hit("grouper/report-finish")
 		st.Reported = true
 	}
-	return reconcile.Result{}, p.Pods.RemoveFinalizer(ctx, pod)
+	return reconcile.Result{}, p.Pods.RemoveFinalizer(ctx, pod, st)
 }
