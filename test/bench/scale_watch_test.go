@@ -24,12 +24,14 @@ import (
 // Cohorts' status, every write of which the informers see: no queue
 // reserves more than its nominal quota and borrowingLimit, no cohort more
 // than its pooled quota. From the pods: the cpu of the pods that hold
-// quota (ungated and not ended) stays within the same limits at every pod
-// event. A pod is ungated only after its admission is written, and quota
-// comes free only after the pod that held it has ended (a finished
-// Workload, or a preempted one whose pods have stopped), so in the order
-// the API server stores pod changes, which one watch delivers, the two
-// never overlap unless quota was handed out twice.
+// quota (ungated, not ended, and not deleted before they were bound: the
+// API server binds no pod being deleted, so such a pod never runs) stays
+// within the same limits at every pod event. A pod is ungated only after
+// its admission is written, and quota comes free only after the pod that
+// held it has ended or can no longer run (a finished Workload, or a
+// preempted one whose pods have stopped), so in the order the API server
+// stores pod changes, which one watch delivers, the two never overlap
+// unless quota was handed out twice.
 type scaleWatch struct {
 	classes []scaleClass
 	queues  []scaleQueue
@@ -114,6 +116,13 @@ func (w *scaleWatch) observe(ctx context.Context, b *testing.B, informers cache.
 	observeAll(ctx, b, informers, &sluicev1alpha1.Cohort{}, w.cohort)
 }
 
+// deletedUnbound reports whether p is being deleted and was never bound:
+// the API server refuses to bind a pod being deleted, so it will never run
+// (sluice reports its workload finished at once, which frees the quota).
+func deletedUnbound(p *corev1.Pod) bool {
+	return p.DeletionTimestamp != nil && p.Spec.NodeName == ""
+}
+
 // unadmittedHolders lists, for a violation in cohort c, the pods that hold
 // quota there (ungated, not ended) while their Workload is not admitted,
 // with what happened to each: the quota given back too early. Call it
@@ -173,7 +182,7 @@ func (w *scaleWatch) pod(obj any, deleted bool) {
 		w.ended[i] = true
 		w.nEnded++
 	}
-	hold := !w.ungated[i].IsZero() && !ended
+	hold := !w.ungated[i].IsZero() && !ended && !deletedUnbound(p)
 	if hold == w.holding[i] {
 		return
 	}

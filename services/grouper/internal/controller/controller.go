@@ -11,8 +11,9 @@
 // roster, which the pod events fill, and which holds the cache's objects
 // without copying them: they are only read. Decisions arrive through
 // the Sink methods and wake the pods of their workload through the
-// controller's work queue, which bounds the concurrency of API writes and
-// retries failures with backoff.
+// controller's work queue, which bounds the concurrency of API writes,
+// retries failures with backoff, and serves first the pods whose handling
+// moves quota: an ungate or eviction, or the end of a pod.
 package controller
 
 import (
@@ -26,9 +27,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -54,8 +57,14 @@ import (
 const (
 	// defaultCallTimeout bounds each admitter call.
 	defaultCallTimeout = 10 * time.Second
-	// enqueueBuffer is the capacity of the decision-to-queue channel.
+	// enqueueBuffer is the capacity of each channel into the work queue.
 	enqueueBuffer = 1024
+	// urgentPriority is the work queue priority of the pods whose handling
+	// moves quota: those a decision concerns (an ungate, an eviction) and
+	// those that ended or are being deleted (a finish frees quota). While a
+	// burst of new pods waits to be submitted, quota reserved or freed must
+	// not wait behind it doing no work.
+	urgentPriority = 10
 )
 
 // Options configure a Reconciler.
@@ -97,7 +106,8 @@ type Reconciler struct {
 	// started counts the started pods of admissions with a start-up
 	// deadline, a workload at a time.
 	started *started.Counts
-	wake    chan event.TypedGenericEvent[*corev1.Pod]
+	// wake and urgent feed pods to the work queue, urgent ones first.
+	wake, urgent chan event.TypedGenericEvent[*corev1.Pod]
 	// groupGone wakes the empty-group check of a group that lost a pod.
 	groupGone chan event.GenericEvent
 	// rosterSynced reports whether the roster has every pod of the cache's
@@ -118,6 +128,7 @@ func New(opts Options) *Reconciler {
 		pods:      podstate.NewStore(),
 		reports:   decisions.NewReports(),
 		wake:      make(chan event.TypedGenericEvent[*corev1.Pod], enqueueBuffer),
+		urgent:    make(chan event.TypedGenericEvent[*corev1.Pod], enqueueBuffer),
 		groupGone: make(chan event.GenericEvent, enqueueBuffer),
 		now:       time.Now,
 	}
@@ -127,7 +138,7 @@ func New(opts Options) *Reconciler {
 	admitter := act.Admitter{Client: opts.Admitter, Timeout: opts.CallTimeout, Metrics: opts.Metrics, Spans: spans}
 	r.stops = stops.New(stops.Config{
 		Decisions: r.decisions, Ungates: ungates, Reports: r.reports, PodStates: r.pods, Roster: r.roster,
-		APIReader: opts.APIReader, Admitter: admitter, Wake: r.wakePod, Shard: opts.Shard, Log: opts.Log,
+		APIReader: opts.APIReader, Admitter: admitter, Wake: r.wakeUrgent, Shard: opts.Shard, Log: opts.Log,
 	})
 	r.started = started.New(started.Config{Decisions: r.decisions, Reports: r.reports, Roster: r.roster, Admitter: admitter, Log: opts.Log})
 	ungater := &act.Ungater{
@@ -149,7 +160,8 @@ func New(opts Options) *Reconciler {
 }
 
 // SetupWithManager registers the controller: pod events and decisions
-// feed one queue served by workers goroutines.
+// feed one queue served by workers goroutines, the pods whose handling
+// moves quota ahead of the others (see urgentPriority).
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, workers int) error {
 	if err := r.followPods(ctx, mgr.GetCache()); err != nil {
 		return err
@@ -157,6 +169,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, wor
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("pods").
 		WatchesRawSource(source.Channel(r.wake, &handler.TypedEnqueueRequestForObject[*corev1.Pod]{})).
+		WatchesRawSource(source.Channel(r.urgent, enqueueAt(urgentPriority))).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: workers,
 			RateLimiter:             keyqueue.Backoff[reconcile.Request](),
@@ -180,6 +193,26 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, wor
 // wakePod has pod reconciled.
 func (r *Reconciler) wakePod(pod *corev1.Pod) {
 	r.wake <- event.TypedGenericEvent[*corev1.Pod]{Object: pod}
+}
+
+// wakeUrgent has pod reconciled ahead of the pods woken by wakePod.
+func (r *Reconciler) wakeUrgent(pod *corev1.Pod) {
+	r.urgent <- event.TypedGenericEvent[*corev1.Pod]{Object: pod}
+}
+
+// enqueueAt queues the pods of generic events at priority: ahead of
+// those of a lower one, in the order they came among their own.
+func enqueueAt(priority int) handler.TypedEventHandler[*corev1.Pod, reconcile.Request] {
+	return handler.TypedFuncs[*corev1.Pod, reconcile.Request]{
+		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[*corev1.Pod], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)}
+			if pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); ok {
+				pq.AddWithOpts(priorityqueue.AddOpts{Priority: &priority}, req)
+				return
+			}
+			q.Add(req)
+		},
+	}
 }
 
 // Snapshot implements stream.Sink: decisions become the only ones in
@@ -259,7 +292,7 @@ func (r *Reconciler) dispatch(d *admitterv1.Decision) {
 			r.opts.Metrics.AlreadyUngated.Inc()
 			continue
 		}
-		r.wakePod(pod)
+		r.wakeUrgent(pod)
 	}
 }
 

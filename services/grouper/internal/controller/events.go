@@ -44,10 +44,21 @@ func (r *Reconciler) RosterSynced() bool {
 }
 
 func (r *Reconciler) podChanged(obj any) {
-	if pod, ok := obj.(*corev1.Pod); ok {
-		r.roster.Set(pod)
-		r.wakePod(pod)
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
 	}
+	r.roster.Set(pod)
+	if ending(pod) {
+		r.wakeUrgent(pod) // its end frees quota
+		return
+	}
+	r.wakePod(pod)
+}
+
+// ending reports whether pod ended or is being deleted.
+func ending(pod *corev1.Pod) bool {
+	return pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 }
 
 func (r *Reconciler) podDeleted(obj any) {
@@ -59,7 +70,7 @@ func (r *Reconciler) podDeleted(obj any) {
 		return
 	}
 	r.roster.Delete(pod)
-	r.wakePod(pod)
+	r.wakeUrgent(pod)
 	if key, ok := workload.KeyFor(pod); ok && workload.IsGroupMember(pod) {
 		gone := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
 		r.groupGone <- event.GenericEvent{Object: gone}
