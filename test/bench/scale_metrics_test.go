@@ -10,25 +10,9 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/sluice-dev/sluice/test/harness"
 )
-
-// metricFamilies fetches and parses a service's /metrics.
-func metricFamilies(ctx context.Context, svc *harness.Service) (map[string]*dto.MetricFamily, error) {
-	text, err := svc.Metrics(ctx)
-	if err != nil {
-		return nil, err
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(strings.NewReader(text))
-	if err != nil {
-		return nil, fmt.Errorf("parsing %s metrics: %w", svc.Name, err)
-	}
-	return families, nil
-}
 
 // gaugeSum is the sum of a gauge family's series (0 when it has none).
 func gaugeSum(families map[string]*dto.MetricFamily, name string) float64 {
@@ -41,7 +25,7 @@ func gaugeSum(families map[string]*dto.MetricFamily, name string) float64 {
 
 // admitterGauge is the sum of the admitter's gauge name over its series.
 func (r *scaleRun) admitterGauge(ctx context.Context, name string) (float64, error) {
-	families, err := metricFamilies(ctx, r.s.Admitter)
+	families, err := r.s.Admitter.MetricFamilies(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -128,7 +112,7 @@ func (a *admitterScraper) run(ctx context.Context) {
 }
 
 func (a *admitterScraper) scrape(ctx context.Context) {
-	families, err := metricFamilies(ctx, a.svc)
+	families, err := a.svc.MetricFamilies(ctx)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if err != nil {
@@ -346,7 +330,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 func serviceWrites(ctx context.Context, s *harness.Sluice) map[string]float64 {
 	out := map[string]float64{}
 	for _, svc := range s.All() {
-		families, err := metricFamilies(ctx, svc)
+		families, err := svc.MetricFamilies(ctx)
 		if err != nil {
 			continue
 		}
@@ -367,7 +351,7 @@ func serviceWrites(ctx context.Context, s *harness.Sluice) map[string]float64 {
 // far, by operation (sluice_admitter_workload_writes_total).
 func admitterWrites(ctx context.Context, s *harness.Sluice) map[string]float64 {
 	out := map[string]float64{}
-	families, err := metricFamilies(ctx, s.Admitter)
+	families, err := s.Admitter.MetricFamilies(ctx)
 	if err != nil {
 		return out
 	}
@@ -481,7 +465,7 @@ var grouperTimeMetrics = []struct{ name, metric, queue string }{
 // summing their series (the work queue's only for queue pods).
 func readGrouperTimes(ctx context.Context, s *harness.Sluice) grouperTimes {
 	out := grouperTimes{}
-	families, err := metricFamilies(ctx, s.Grouper)
+	families, err := s.Grouper.MetricFamilies(ctx)
 	if err != nil {
 		return out
 	}

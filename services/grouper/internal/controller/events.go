@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
+	"github.com/sluice-dev/sluice/pkg/podgroup"
 	"github.com/sluice-dev/sluice/services/grouper/internal/workload"
 )
 
@@ -58,7 +59,7 @@ func (r *Reconciler) podChanged(obj any) {
 
 // ending reports whether pod ended or is being deleted.
 func ending(pod *corev1.Pod) bool {
-	return pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+	return pod.DeletionTimestamp != nil || podgroup.Ended(pod)
 }
 
 func (r *Reconciler) podDeleted(obj any) {
