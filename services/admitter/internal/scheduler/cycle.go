@@ -126,6 +126,8 @@ func (s *Scheduler) Cycle(now time.Time) Plan {
 	}
 	s.dropGhosts()
 	s.dropStaleClaims()
+	s.holdForPreemptors()
+	defer s.releaseHolds()
 	for root := range s.freedRoots {
 		delete(s.freedRoots, root)
 		for _, name := range s.tree.ClusterQueuesUnder(root) {
@@ -201,6 +203,8 @@ func (s *Scheduler) offer(plan *Plan, cq *clusterQueue) (c candidate, fits, agai
 	if e == nil {
 		return c, false, false
 	}
+	s.unhold(e)
+	defer s.liftHoldsBehind(e)()
 	plan.Tried++
 	var asg quota.Assignment
 	var err error
@@ -215,6 +219,9 @@ func (s *Scheduler) offer(plan *Plan, cq *clusterQueue) (c candidate, fits, agai
 	}
 	var unfit *quota.UnfitError
 	permanent := errors.As(err, &unfit) && unfit.Permanent
+	if err == nil { // it waits for the victims it claimed
+		s.hold(e, s.victimsOf(e))
+	}
 	if wait == "" {
 		wait = err.Error()
 	}

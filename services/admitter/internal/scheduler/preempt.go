@@ -85,7 +85,10 @@ func (p *preemptor) targets(usage map[quota.FR]int64) []preemption.Target {
 
 // decide runs preemption.Targets for usage once per head: nothing it
 // depends on (the tree, the candidates, their claims) changes until the
-// head has its answer, so asking again would get the same one.
+// head has its answer, so asking again would get the same one. The quota
+// held for waiting preemptors is lifted meanwhile: a hold keeps free quota
+// from workloads that would fit in it, it does not make its queue look
+// as if it borrowed, which could make that queue's workloads victims.
 func (p *preemptor) decide(usage map[quota.FR]int64) []preemption.Target {
 	for _, d := range p.decided {
 		if maps.Equal(d.usage, usage) {
@@ -94,6 +97,7 @@ func (p *preemptor) decide(usage map[quota.FR]int64) []preemption.Target {
 	}
 	pending := p.pending
 	pending.Usage = usage
+	defer p.s.liftHolds()()
 	var targets []preemption.Target
 	if fs := p.s.fairSharing; fs.Enabled {
 		admitted := p.admitted()
@@ -192,6 +196,7 @@ func (p *preemptor) blocked(usage map[quota.FR]int64) string {
 }
 
 func (p *preemptor) blockedNow(usage map[quota.FR]int64) string {
+	defer p.s.liftHolds()()
 	pending := p.pending
 	pending.Usage = usage
 	if fs := p.s.fairSharing; fs.Enabled {

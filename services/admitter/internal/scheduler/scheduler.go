@@ -93,6 +93,12 @@ type Scheduler struct {
 	retired map[types.NamespacedName]mark
 	// fairSharing is the fair-sharing setting (see WithFairSharing).
 	fairSharing FairSharing
+	// holds are the free quota held for waiting preemptors during a
+	// cycle (see holdForPreemptors).
+	holds map[*entry]quotaHold
+	// lastHeld are the preemptors the last cycle held quota for, with
+	// their ClusterQueues.
+	lastHeld map[*entry]string
 }
 
 type mark struct {
@@ -121,6 +127,8 @@ func New(opts ...Option) *Scheduler {
 		claims:        map[types.NamespacedName]types.NamespacedName{},
 		held:          entryHeap{less: byRequeueTime},
 		retired:       map[types.NamespacedName]mark{},
+		holds:         map[*entry]quotaHold{},
+		lastHeld:      map[*entry]string{},
 	}
 	for _, o := range opts {
 		o(s)
