@@ -27,7 +27,9 @@ import (
 // fit; they are tried again only after quota was freed (awake), and that
 // pass stops as soon as every parked workload asks for a resource the queue
 // has none left of — so one finish in a full queue costs a cycle one try,
-// not one per parked workload. retried holds those a pass already tried
+// not one per parked workload — and within it, once a workload does not
+// fit, the parked ones that ask the quota the same and come after it are
+// set aside (see parkedSet). retried holds those a pass already tried
 // again; they return to parked when the pass ends.
 type clusterQueue struct {
 	name     string
@@ -43,7 +45,7 @@ type clusterQueue struct {
 	tree *quota.Tree
 
 	heap    entryHeap
-	parked  entryHeap
+	parked  parkedSet
 	retried map[types.NamespacedName]*entry
 	// awake: quota was freed since parked workloads were last tried.
 	awake bool
@@ -71,7 +73,7 @@ func newClusterQueue(name string, tree *quota.Tree) *clusterQueue {
 		usage:    quota.Usage{},
 		selector: labels.Everything(),
 		heap:     entryHeap{less: byQueueOrder},
-		parked:   entryHeap{less: byQueueOrder},
+		parked:   newParkedSet(),
 		retried:  map[types.NamespacedName]*entry{},
 		shapes:   map[string]*shape{},
 		stuck:    map[types.NamespacedName]*entry{},
@@ -95,12 +97,14 @@ func (cq *clusterQueue) wakeAll() {
 	cq.wake()
 }
 
-// endPass returns the workloads a pass tried again to parked.
+// endPass returns the workloads a pass tried again, and those it set
+// aside, to parked.
 func (cq *clusterQueue) endPass() {
 	for k, e := range cq.retried {
 		delete(cq.retried, k)
 		cq.toParked(e)
 	}
+	cq.parked.restore()
 	cq.awake = false
 }
 
@@ -108,13 +112,13 @@ func (cq *clusterQueue) unblock() { cq.blockedBy = nil }
 
 // runnable reports whether a cycle has anything to try in cq.
 func (cq *clusterQueue) runnable() bool {
-	return cq.blockedBy == nil && (cq.heap.Len() > 0 || (cq.awake && cq.parked.Len() > 0))
+	return cq.blockedBy == nil && (cq.heap.Len() > 0 || (cq.awake && cq.parked.active()))
 }
 
 // next returns the workload to try: the first in line of the untried and,
 // during a pass, the parked ones; nil when nothing is left to try.
 func (cq *clusterQueue) next() *entry {
-	if cq.awake && (cq.parked.Len() == 0 || cq.nothingFits()) {
+	if cq.awake && (!cq.parked.active() || cq.nothingFits()) {
 		cq.endPass()
 	}
 	h := cq.heap.peek()
@@ -163,7 +167,10 @@ func (cq *clusterQueue) exhaustedAny(resources []corev1.ResourceName) bool {
 }
 
 // miss records that e, just tried, did not fit: parked (or, during a
-// pass, retried) until quota frees, or stuck for good.
+// pass, retried) until quota frees, or stuck for good. During a pass, the
+// parked workloads that ask what e asked, all behind it in line, are set
+// aside (see parkedSet) unless e claimed victims: it may wait for them
+// rather than have failed, and the others may claim victims too.
 func (cq *clusterQueue) miss(e *entry, message string, permanent bool) {
 	cq.take(e)
 	e.message = message
@@ -174,6 +181,9 @@ func (cq *clusterQueue) miss(e *entry, message string, permanent bool) {
 	case cq.awake:
 		e.where = retrying
 		cq.retried[e.key] = e
+		if e.awaits == nil {
+			cq.parked.setAside(fitKeyOf(e))
+		}
 	default:
 		cq.toParked(e)
 	}
@@ -182,6 +192,7 @@ func (cq *clusterQueue) miss(e *entry, message string, permanent bool) {
 // toParked puts e among the parked workloads.
 func (cq *clusterQueue) toParked(e *entry) {
 	e.where = parked
+	e.fitKey = fitKeyOf(e)
 	cq.parked.push(e)
 	sh := cq.shapes[e.shape]
 	if sh == nil {

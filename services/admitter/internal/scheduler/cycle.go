@@ -356,10 +356,10 @@ func (s *Scheduler) parkAll(plan *Plan, cq *clusterQueue, message string) {
 	for e := cq.heap.peek(); e != nil; e = cq.heap.peek() {
 		cq.miss(e, message, false)
 	}
-	for _, e := range cq.parked.items {
+	cq.parked.each(func(e *entry) {
 		e.message = message
 		s.tell(plan, e, message)
-	}
+	})
 }
 
 // block stops a StrictFIFO queue at head e until quota frees: e says why,

@@ -397,11 +397,18 @@ func (pool *victimPool) putBack(w *preemption.Workload, e *entry) {
 // reservation assumed for them), and drops their claims as claimant
 // would. It looks at the claimants, not at every candidate.
 func (s *Scheduler) releaseLapsedClaims(pool *victimPool) {
+	lapsed := false
+	defer func() {
+		if lapsed {
+			s.restoreSetAside()
+		}
+	}()
 	for by, victims := range pool.claimed {
 		if waits(by) {
 			continue
 		}
 		delete(pool.claimed, by)
+		lapsed = true
 		for _, w := range victims {
 			e := pool.entryOf(w)
 			if s.claims[e.key] == by.key {
@@ -446,15 +453,31 @@ func (s *Scheduler) claimant(e *entry) (types.NamespacedName, bool) {
 // victim's quota may have gone to another workload, and it may need a
 // victim anew — nothing else would wake it while the queue stays full.
 func (s *Scheduler) dropStaleClaims() {
+	dropped := false
+	defer func() {
+		if dropped {
+			s.restoreSetAside()
+		}
+	}()
 	for victim, by := range s.claims {
 		v, p := s.workloads[victim], s.workloads[by]
 		if v != nil && v.where == reserved && waits(p) {
 			continue
 		}
 		delete(s.claims, victim)
+		dropped = true
 		if waits(p) {
 			s.retry(p)
 		}
+	}
+}
+
+// restoreSetAside brings back the parked workloads that passes set aside
+// (see parkedSet): victims a preemptor had claimed are free again, and
+// they may let those workloads preempt.
+func (s *Scheduler) restoreSetAside() {
+	for _, cq := range s.clusterQueues {
+		cq.parked.restore()
 	}
 }
 

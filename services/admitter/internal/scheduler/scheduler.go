@@ -179,6 +179,8 @@ type entry struct {
 	sent       string             // the message last handed out in a Plan
 	admittedIn string             // reserved only: the ClusterQueue of its admission
 	shape      string             // the resources it requests (see shapeOf)
+	podSetsKey string             // what it asks of the quota (see podSetsKey)
+	fitKey     string             // parked only: its group (see fitKeyOf)
 	heapIndex  int                // in whichever heap holds it
 	assumed    bool
 	// evicted is the resourceVersion last handed out to be evicted.
@@ -253,7 +255,7 @@ func (s *Scheduler) Observe(wl *v1alpha1.Workload) {
 		s.workloads[key] = e
 	}
 	e.wl, e.fp, e.assumed = wl, fp, false
-	e.shape = shapeOf(wl)
+	e.shape, e.podSetsKey = shapeOf(wl), podSetsKey(wl)
 	s.place(e)
 }
 
