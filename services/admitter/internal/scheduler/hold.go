@@ -21,10 +21,34 @@ import (
 // choice of victims sees the quota as it is.
 
 // quotaHold is free quota counted as used by the preemptor it is held
-// for, in that preemptor's ClusterQueue, for one cycle.
+// for, in that preemptor's ClusterQueue, for one cycle. applied says
+// whether the quota tree counts it now: holds are lifted and put back
+// around some decisions, and one lifted twice would drive a usage below
+// zero, where the tree stops counting, and be put back more than it was
+// taken off.
 type quotaHold struct {
+	p       *entry
 	cq      string
 	amounts map[quota.FR]int64
+	applied bool
+}
+
+// apply counts h in the quota tree, unless it is counted already.
+func (s *Scheduler) apply(h *quotaHold) {
+	if !h.applied {
+		s.tree.AddUsage(h.cq, h.amounts)
+		h.applied = true
+	}
+}
+
+// lift takes h off the quota tree and reports whether it was counted.
+func (s *Scheduler) lift(h *quotaHold) bool {
+	if !h.applied {
+		return false
+	}
+	s.tree.RemoveUsage(h.cq, h.amounts)
+	h.applied = false
+	return true
 }
 
 // holdForPreemptors holds, for every workload that waits in its queue for
@@ -46,16 +70,20 @@ func (s *Scheduler) holdForPreemptors() {
 	for _, p := range preemptors {
 		s.hold(p, victims[p])
 	}
-	// A hold that ended without the preemptor taking its quota (deleted,
-	// moved, its claims dropped) leaves quota free that the workloads
-	// parked behind it were kept from: they are tried again.
+	// A hold that ended may leave quota free that the workloads parked
+	// behind it were kept from: its preemptor was deleted or moved, its
+	// claims lapsed, or it was admitted in another flavor than it awaited.
+	// They are tried again.
 	for p, cq := range s.lastHeld {
 		delete(s.lastHeld, p)
-		if _, ok := s.holds[p]; !ok && p.where != reserved {
+		if _, ok := s.holds[p]; !ok {
 			if q := s.clusterQueues[cq]; q != nil {
 				s.quotaFreed(q)
 			}
 		}
+	}
+	for p, h := range s.holds {
+		s.lastHeld[p] = h.cq
 	}
 }
 
@@ -80,6 +108,7 @@ func inLine(e *entry) bool {
 // its victims vs do not hold: the quota free now that p counts on, as
 // far as it is free and not held for another already.
 func (s *Scheduler) hold(p *entry, vs []*entry) {
+	s.unhold(p)
 	free := make(map[quota.FR]int64, len(p.awaits))
 	for fr, v := range p.awaits {
 		free[fr] = v
@@ -104,8 +133,9 @@ func (s *Scheduler) hold(p *entry, vs []*entry) {
 	if len(free) == 0 {
 		return
 	}
-	s.tree.AddUsage(p.cq.name, free)
-	s.holds[p] = quotaHold{cq: p.cq.name, amounts: free}
+	h := &quotaHold{p: p, cq: p.cq.name, amounts: free}
+	s.apply(h)
+	s.holds[p] = h
 }
 
 // unhold gives the quota held for p back, before p itself is tried: it
@@ -116,20 +146,13 @@ func (s *Scheduler) unhold(p *entry) {
 		return
 	}
 	delete(s.holds, p)
-	s.tree.RemoveUsage(h.cq, h.amounts)
+	s.lift(h)
 }
 
 // liftHolds takes every hold off the quota tree until the returned
-// function puts them back.
+// function puts back those it took off and that still stand.
 func (s *Scheduler) liftHolds() (restore func()) {
-	for _, h := range s.holds {
-		s.tree.RemoveUsage(h.cq, h.amounts)
-	}
-	return func() {
-		for _, h := range s.holds {
-			s.tree.AddUsage(h.cq, h.amounts)
-		}
-	}
+	return s.liftWhere(func(*entry) bool { return true })
 }
 
 // liftHoldsBehind takes the holds of the preemptors that come after e in
@@ -137,22 +160,27 @@ func (s *Scheduler) liftHolds() (restore func()) {
 // back: a hold keeps quota from the workloads behind its preemptor, not
 // from those ahead of it.
 func (s *Scheduler) liftHoldsBehind(e *entry) (restore func()) {
-	var lifted []quotaHold
+	return s.liftWhere(func(p *entry) bool { return queue.Compare(e.wl, p.wl) < 0 })
+}
+
+func (s *Scheduler) liftWhere(match func(p *entry) bool) (restore func()) {
+	var lifted []*quotaHold
 	for p, h := range s.holds {
-		if queue.Compare(e.wl, p.wl) < 0 {
-			s.tree.RemoveUsage(h.cq, h.amounts)
+		if match(p) && s.lift(h) {
 			lifted = append(lifted, h)
 		}
 	}
 	return func() {
 		for _, h := range lifted {
-			s.tree.AddUsage(h.cq, h.amounts)
+			if s.holds[h.p] == h {
+				s.apply(h)
+			}
 		}
 	}
 }
 
 // releaseHolds gives every hold of the cycle back, remembering whom they
-// were for.
+// were for (with those held at its start: see holdForPreemptors).
 func (s *Scheduler) releaseHolds() {
 	for p, h := range s.holds {
 		s.lastHeld[p] = h.cq

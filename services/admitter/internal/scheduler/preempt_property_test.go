@@ -178,4 +178,36 @@ func runPreemptions(t *testing.T, seed uint64, steps int, opts ...Option) {
 				seed, p.wl.Name, pPrio, pCPU, free, replaceable)
 		}
 	}
+
+	// Drain: every admitted workload finishes, round after round; every
+	// waiting one fits an empty queue, so each is admitted in the end.
+	finished := func(st *state) bool {
+		return meta.IsStatusConditionTrue(st.wl.Status.Conditions, v1alpha1.WorkloadFinished)
+	}
+	for range 4 * len(all) {
+		done := true
+		for _, st := range all {
+			if !finished(st) && (st.evicting || st.wl.Status.Admission != nil) {
+				release(st)
+			}
+			done = done && finished(st)
+		}
+		if done {
+			return
+		}
+		plan := f.cycle()
+		for _, r := range plan.Reservations {
+			st := all[r.Workload.Name]
+			st.wl = f.written(r, true)
+			f.s.Observe(st.wl)
+		}
+		for _, ev := range plan.Evictions {
+			all[ev.Workload.Name].evicting = true
+		}
+	}
+	for name, st := range all {
+		if !finished(st) {
+			t.Fatalf("seed %d: %s of %s never admitted while the queues drained", seed, name, st.cq)
+		}
+	}
 }

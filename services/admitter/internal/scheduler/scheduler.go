@@ -95,9 +95,9 @@ type Scheduler struct {
 	fairSharing FairSharing
 	// holds are the free quota held for waiting preemptors during a
 	// cycle (see holdForPreemptors).
-	holds map[*entry]quotaHold
-	// lastHeld are the preemptors the last cycle held quota for, with
-	// their ClusterQueues.
+	holds map[*entry]*quotaHold
+	// lastHeld are the preemptors the last cycle held quota for, at its
+	// start or its end, with their ClusterQueues.
 	lastHeld map[*entry]string
 }
 
@@ -127,7 +127,7 @@ func New(opts ...Option) *Scheduler {
 		claims:        map[types.NamespacedName]types.NamespacedName{},
 		held:          entryHeap{less: byRequeueTime},
 		retired:       map[types.NamespacedName]mark{},
-		holds:         map[*entry]quotaHold{},
+		holds:         map[*entry]*quotaHold{},
 		lastHeld:      map[*entry]string{},
 	}
 	for _, o := range opts {
