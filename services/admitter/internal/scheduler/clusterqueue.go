@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"container/heap"
 	"fmt"
 	"maps"
 	"slices"
@@ -72,7 +71,7 @@ func newClusterQueue(name string, tree *quota.Tree) *clusterQueue {
 		tree:     tree,
 		usage:    quota.Usage{},
 		selector: labels.Everything(),
-		heap:     entryHeap{less: byQueueOrder},
+		heap:     newEntryHeap(byQueueOrder),
 		parked:   newParkedSet(),
 		retried:  map[types.NamespacedName]*entry{},
 		shapes:   map[string]*shape{},
@@ -405,51 +404,16 @@ func freed(prev, cur quota.Usage) bool {
 // entryHeap holds entries ordered by less, first on top. An entry is in at
 // most one heap at a time (its placement says which), so one index field
 // serves every heap.
-type entryHeap struct {
-	items []*entry
-	less  func(a, b *entry) bool
+type entryHeap = indexedHeap[*entry]
+
+func newEntryHeap(less func(a, b *entry) bool) entryHeap {
+	return entryHeap{less: less, at: func(e *entry) *int { return &e.heapIndex }}
 }
 
 // byQueueOrder puts the first in line first; byRequeueTime the earliest
 // requeue.
 func byQueueOrder(a, b *entry) bool  { return queue.Compare(a.wl, b.wl) < 0 }
 func byRequeueTime(a, b *entry) bool { return a.fp.requeueAt.Before(b.fp.requeueAt) }
-
-func (h *entryHeap) Len() int           { return len(h.items) }
-func (h *entryHeap) Less(i, j int) bool { return h.less(h.items[i], h.items[j]) }
-func (h *entryHeap) Swap(i, j int) {
-	h.items[i], h.items[j] = h.items[j], h.items[i]
-	h.items[i].heapIndex = i
-	h.items[j].heapIndex = j
-}
-func (h *entryHeap) Push(x any) {
-	e := x.(*entry)
-	e.heapIndex = len(h.items)
-	h.items = append(h.items, e)
-}
-func (h *entryHeap) Pop() any {
-	n := len(h.items) - 1
-	e := h.items[n]
-	h.items[n] = nil
-	h.items = h.items[:n]
-	e.heapIndex = -1
-	return e
-}
-
-func (h *entryHeap) push(e *entry) { heap.Push(h, e) }
-
-func (h *entryHeap) remove(e *entry) {
-	if e.heapIndex >= 0 && e.heapIndex < len(h.items) && h.items[e.heapIndex] == e {
-		heap.Remove(h, e.heapIndex)
-	}
-}
-
-func (h *entryHeap) peek() *entry {
-	if len(h.items) == 0 {
-		return nil
-	}
-	return h.items[0]
-}
 
 // countKind is how a workload counts in its queues' status.
 type countKind int

@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"container/heap"
 	"fmt"
 	"maps"
 	"slices"
@@ -41,7 +40,7 @@ type parkedGroup struct {
 }
 
 func newParkedSet() parkedSet {
-	return parkedSet{groups: map[string]*parkedGroup{}}
+	return parkedSet{groups: map[string]*parkedGroup{}, heads: newGroupHeap()}
 }
 
 // Len is the number of parked workloads, set aside or not.
@@ -61,7 +60,7 @@ func (p *parkedSet) peek() *entry {
 func (p *parkedSet) push(e *entry) {
 	g := p.groups[e.fitKey]
 	if g == nil {
-		g = &parkedGroup{key: e.fitKey, entries: entryHeap{less: byQueueOrder}, index: -1}
+		g = &parkedGroup{key: e.fitKey, entries: newEntryHeap(byQueueOrder), index: -1}
 		p.groups[e.fitKey] = g
 	}
 	g.entries.push(e)
@@ -71,7 +70,7 @@ func (p *parkedSet) push(e *entry) {
 
 func (p *parkedSet) remove(e *entry) {
 	g := p.groups[e.fitKey]
-	if g == nil || e.heapIndex < 0 || e.heapIndex >= g.entries.Len() || g.entries.items[e.heapIndex] != e {
+	if g == nil || !g.entries.contains(e) {
 		return
 	}
 	g.entries.remove(e)
@@ -85,15 +84,13 @@ func (p *parkedSet) remove(e *entry) {
 // reorder puts g where its first in line belongs among the heads, or
 // takes it out when it is empty or set aside.
 func (p *parkedSet) reorder(g *parkedGroup) {
-	switch in := g.index >= 0; {
+	switch in := p.heads.contains(g); {
 	case g.aside || g.entries.Len() == 0:
-		if in {
-			heap.Remove(&p.heads, g.index)
-		}
+		p.heads.remove(g)
 	case in:
-		heap.Fix(&p.heads, g.index)
+		p.heads.fix(g)
 	default:
-		heap.Push(&p.heads, g)
+		p.heads.push(g)
 	}
 }
 
@@ -131,29 +128,13 @@ func (p *parkedSet) each(f func(*entry)) {
 }
 
 // groupHeap orders groups by their first workload in line.
-type groupHeap struct{ items []*parkedGroup }
+type groupHeap = indexedHeap[*parkedGroup]
 
-func (h *groupHeap) Len() int { return len(h.items) }
-func (h *groupHeap) Less(i, j int) bool {
-	return byQueueOrder(h.items[i].entries.peek(), h.items[j].entries.peek())
-}
-func (h *groupHeap) Swap(i, j int) {
-	h.items[i], h.items[j] = h.items[j], h.items[i]
-	h.items[i].index = i
-	h.items[j].index = j
-}
-func (h *groupHeap) Push(x any) {
-	g := x.(*parkedGroup)
-	g.index = len(h.items)
-	h.items = append(h.items, g)
-}
-func (h *groupHeap) Pop() any {
-	n := len(h.items) - 1
-	g := h.items[n]
-	h.items[n] = nil
-	h.items = h.items[:n]
-	g.index = -1
-	return g
+func newGroupHeap() groupHeap {
+	return groupHeap{
+		less: func(a, b *parkedGroup) bool { return byQueueOrder(a.entries.peek(), b.entries.peek()) },
+		at:   func(g *parkedGroup) *int { return &g.index },
+	}
 }
 
 // fitKeyOf is e's fit key while it is parked: its pod sets' (see

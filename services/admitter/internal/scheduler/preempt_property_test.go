@@ -139,13 +139,9 @@ func runPreemptions(t *testing.T, seed uint64, steps int, opts ...Option) {
 		t.Fatalf("seed %d: nothing was preempted in %d steps", seed, steps)
 	}
 
-	// Settle: every eviction completes; cycles run until nothing changes.
-	for range 50 {
-		for _, st := range all {
-			if st.evicting {
-				release(st)
-			}
-		}
+	// settleCycle runs a cycle, writes its reservations back and marks
+	// its victims evicting.
+	settleCycle := func() Plan {
 		plan := f.cycle()
 		for _, r := range plan.Reservations {
 			st := all[r.Workload.Name]
@@ -153,9 +149,18 @@ func runPreemptions(t *testing.T, seed uint64, steps int, opts ...Option) {
 			f.s.Observe(st.wl)
 		}
 		for _, ev := range plan.Evictions {
-			st := all[ev.Workload.Name]
-			st.evicting = true
+			all[ev.Workload.Name].evicting = true
 		}
+		return plan
+	}
+	// Settle: every eviction completes; cycles run until nothing changes.
+	for range 50 {
+		for _, st := range all {
+			if st.evicting {
+				release(st)
+			}
+		}
+		plan := settleCycle()
 		if len(plan.Reservations) == 0 && len(plan.Evictions) == 0 && !plan.More {
 			break
 		}
@@ -195,15 +200,7 @@ func runPreemptions(t *testing.T, seed uint64, steps int, opts ...Option) {
 		if done {
 			return
 		}
-		plan := f.cycle()
-		for _, r := range plan.Reservations {
-			st := all[r.Workload.Name]
-			st.wl = f.written(r, true)
-			f.s.Observe(st.wl)
-		}
-		for _, ev := range plan.Evictions {
-			all[ev.Workload.Name].evicting = true
-		}
+		settleCycle()
 	}
 	for name, st := range all {
 		if !finished(st) {

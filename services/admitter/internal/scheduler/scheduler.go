@@ -125,7 +125,7 @@ func New(opts ...Option) *Scheduler {
 		byAdmission:   map[string]map[types.NamespacedName]*entry{},
 		messages:      map[types.NamespacedName]*entry{},
 		claims:        map[types.NamespacedName]types.NamespacedName{},
-		held:          entryHeap{less: byRequeueTime},
+		held:          newEntryHeap(byRequeueTime),
 		retired:       map[types.NamespacedName]mark{},
 		holds:         map[*entry]*quotaHold{},
 		lastHeld:      map[*entry]string{},
