@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -657,8 +658,13 @@ type scaleMeasurement struct {
 	memory                    memoryReport
 	idle, drainedRSS          settled
 	idleHeap, drainedHeap     float64
-	grouper                   grouperTimes
-	errors                    []string
+	// emptied is how long deleting the pods and their Workloads took
+	// after the run (see scaleRun.empty), and the admitter's memory then.
+	emptied     time.Duration
+	emptiedRSS  settled
+	emptiedHeap float64
+	grouper     grouperTimes
+	errors      []string
 }
 
 // scaleLimits are the most cpu (in millicpu) a ClusterQueue and a cohort
@@ -755,7 +761,39 @@ func (r *scaleRun) measure(ctx context.Context, b *testing.B, classes []scaleCla
 	for _, e := range m.errors {
 		b.Error(e)
 	}
+	if drained {
+		m.emptied, m.emptiedRSS, m.emptiedHeap = r.empty(ctx, b, queues)
+	}
 	return m
+}
+
+// empty deletes the run's pods, as pod garbage collection would in time,
+// waits until the garbage collector has taken their Workloads too, and
+// reads the admitter's memory then: with the objects gone, its informers
+// hold none of them, and what it still holds is its own per-workload
+// state. It returns how long that took (0 when it did not happen).
+func (r *scaleRun) empty(ctx context.Context, b *testing.B, queues []scaleQueue) (time.Duration, settled, float64) {
+	start := time.Now()
+	for _, q := range queues {
+		if err := r.cs.CoreV1().Pods(q.name).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+			b.Logf("deleting the pods of namespace %s: %v", q.name, err)
+			return 0, settled{}, 0
+		}
+	}
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var left metav1.PartialObjectMetadataList
+		left.SetGroupVersionKind(sluicev1alpha1.GroupVersion.WithKind("WorkloadList"))
+		if err := r.cl.List(ctx, &left, client.Limit(1)); err != nil {
+			return false, nil // the API server is busy: ask again
+		}
+		return len(left.Items) == 0, nil
+	})
+	if err != nil {
+		b.Logf("the run's Workloads were not all deleted within 10m of their pods: %v", err)
+		return 0, settled{}, 0
+	}
+	took := time.Since(start)
+	return took, settledRSS(ctx, r.s.Admitter, time.Minute), r.collectedHeap(ctx, b, "emptied")
 }
 
 // mean is the mean of ds, to the millisecond.
@@ -856,6 +894,10 @@ func (m *scaleMeasurement) print(classes []scaleClass) {
 	fmt.Printf("peak resident memory (VmHWM), MB: %s\n", m.memory)
 	fmt.Printf("admitter resident memory: idle before the run %s (heap in use after a collection %.0f MB); drained after the run %s (heap in use after a collection %.0f MB)\n",
 		m.idle, m.idleHeap/(1<<20), m.drainedRSS, m.drainedHeap/(1<<20))
+	if m.emptied > 0 {
+		fmt.Printf("admitter resident memory once the run's pods were deleted and their Workloads collected (%s): %s (heap in use after a collection %.0f MB)\n",
+			m.emptied.Round(time.Second), m.emptiedRSS, m.emptiedHeap/(1<<20))
+	}
 	fmt.Printf("quota: the most cpu a ClusterQueue's status reported reserved %s, a cohort's %s; the most its running pods held, a ClusterQueue %s, a cohort %s\n",
 		milli(m.watch.maxStatus(false)), milli(m.watch.maxStatus(true)), milli(m.watch.maxHeld(false)), milli(m.watch.maxHeld(true)))
 	if len(m.errors) == 0 {
@@ -895,8 +937,9 @@ func (m *scaleMeasurement) report(b *testing.B, classes []scaleClass, head []str
 	}
 	b.ReportMetric(mb(m.idle.rss), "admitter-idle-MB")
 	b.ReportMetric(mb(m.drainedRSS.rss), "admitter-drained-MB")
-	fields = append(fields, fmt.Sprintf("admitter-idle-MB=%.0f admitter-drained-MB=%.0f admitter-idle-heap-MB=%.0f admitter-drained-heap-MB=%.0f correct=%t",
-		mb(m.idle.rss), mb(m.drainedRSS.rss), m.idleHeap/(1<<20), m.drainedHeap/(1<<20), len(m.errors) == 0))
+	b.ReportMetric(mb(m.emptiedRSS.rss), "admitter-emptied-MB")
+	fields = append(fields, fmt.Sprintf("admitter-idle-MB=%.0f admitter-drained-MB=%.0f admitter-emptied-MB=%.0f admitter-idle-heap-MB=%.0f admitter-drained-heap-MB=%.0f admitter-emptied-heap-MB=%.0f correct=%t",
+		mb(m.idle.rss), mb(m.drainedRSS.rss), mb(m.emptiedRSS.rss), m.idleHeap/(1<<20), m.drainedHeap/(1<<20), m.emptiedHeap/(1<<20), len(m.errors) == 0))
 	fmt.Printf("SCALE-RESULT %s\n", strings.Join(fields, " "))
 }
 
