@@ -39,7 +39,12 @@ const (
 	reservationsMetric  = "sluice_admitter_reservations_total"
 	pendingMetric       = "sluice_admitter_pending_workloads"
 	reservingMetric     = "sluice_admitter_reserving_workloads"
+	decisionRingMetric  = "sluice_admitter_decision_ring_changes"
 )
+
+// decisionRingAge is how long the admitter keeps a decision for
+// subscribers that resume (stream.DefaultRingAge).
+const decisionRingAge = 2 * time.Minute
 
 // admitterSample is one scrape of the admitter: its backlog (workloads
 // pending, summed over ClusterQueues), the workloads holding quota, and

@@ -392,6 +392,7 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 
 	broadcaster := stream.New(stream.Options{
 		OnSend: func(a admitterv1.Decision_Action) { m.DecisionsStreamed.WithLabelValues(a.String()).Inc() },
+		OnRing: func(changes int) { m.DecisionRing.Set(float64(changes)) },
 	})
 	pool := checks.NewPool(log.WithName("checks"), m, checks.WithSecrets(mgr.GetCache(), cfg.Namespace))
 	defer pool.Close()
@@ -463,6 +464,7 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 		return nil
 	})
 	g.Go(func() error { return grpcSrv.Run(ctx, grpcLis) })
+	g.Go(func() error { broadcaster.Run(ctx); return nil })
 	if httpLis != nil {
 		hs := serve.NewServer(gatherer)
 		hs.EnablePprof(cfg.Pprof)

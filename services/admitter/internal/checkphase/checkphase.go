@@ -37,6 +37,7 @@ import (
 	"github.com/sluice-dev/sluice/services/admitter/internal/checks"
 	"github.com/sluice-dev/sluice/services/admitter/internal/lifecycle"
 	"github.com/sluice-dev/sluice/services/admitter/internal/metrics"
+	"github.com/sluice-dev/sluice/services/admitter/internal/shrink"
 	"github.com/sluice-dev/sluice/services/admitter/internal/store"
 	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
 )
@@ -147,7 +148,7 @@ func (t *progressTracker) get(key types.NamespacedName, reservation string) *pro
 func (t *progressTracker) forget(key types.NamespacedName) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	delete(t.m, key)
+	shrink.Delete(&t.m, key)
 }
 
 func (o *Orchestrator) work(ctx context.Context) {

@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 	"github.com/sluice-dev/sluice/services/admitter/internal/checks"
 	"github.com/sluice-dev/sluice/services/admitter/internal/lifecycle"
+	"github.com/sluice-dev/sluice/services/admitter/internal/shrink"
 	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
 )
 
@@ -56,7 +57,7 @@ func (r *rechecks) take(key types.NamespacedName) map[string]bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	set := r.due[key]
-	delete(r.due, key)
+	shrink.Delete(&r.due, key)
 	return set
 }
 
@@ -84,15 +85,15 @@ func (r *rechecks) answered(key types.NamespacedName, name string) {
 	defer r.mu.Unlock()
 	delete(r.failures[key], name)
 	if len(r.failures[key]) == 0 {
-		delete(r.failures, key)
+		shrink.Delete(&r.failures, key)
 	}
 }
 
 func (r *rechecks) forget(key types.NamespacedName) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	delete(r.due, key)
-	delete(r.failures, key)
+	shrink.Delete(&r.due, key)
+	shrink.Delete(&r.failures, key)
 }
 
 // admittedDue lists, in the workload's order, the checks of an admitted

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 	"github.com/sluice-dev/sluice/pkg/crashpoint"
+	"github.com/sluice-dev/sluice/services/admitter/internal/shrink"
 	"github.com/sluice-dev/sluice/services/admitter/internal/startup"
 	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
 )
@@ -53,7 +54,7 @@ func (s *startedReports) get(key types.NamespacedName, reservation string) (star
 func (s *startedReports) forget(key types.NamespacedName) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.m, key)
+	shrink.Delete(&s.m, key)
 }
 
 // recordStarted applies the grouper's started counts to wl: once every pod

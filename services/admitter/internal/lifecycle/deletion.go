@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 	"github.com/sluice-dev/sluice/pkg/crashpoint"
 	"github.com/sluice-dev/sluice/services/admitter/internal/releases"
+	"github.com/sluice-dev/sluice/services/admitter/internal/shrink"
 	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
 )
 
@@ -50,7 +51,7 @@ func (s *stoppedSet) has(key types.NamespacedName, uid types.UID) bool {
 func (s *stoppedSet) forget(key types.NamespacedName) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.m, key)
+	shrink.Delete(&s.m, key)
 }
 
 // WatchDeletion queues a deleted workload for the deletion worker; call it

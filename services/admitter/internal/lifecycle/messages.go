@@ -12,6 +12,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
+	"github.com/sluice-dev/sluice/services/admitter/internal/shrink"
 	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
 )
 
@@ -35,22 +36,86 @@ type messages struct {
 	mu      sync.Mutex
 	latest  map[types.NamespacedName]string
 	written map[types.NamespacedName]time.Time
-	q       workqueue.TypedDelayingInterface[types.NamespacedName]
+	// q is the queue of workloads with a message to write. Once it took
+	// renewAfter keys it is replaced when no message is left to write: a
+	// client-go queue keeps the room of the most keys it ever held, and
+	// this one holds every waiting workload of a burst.
+	q          workqueue.TypedDelayingInterface[types.NamespacedName]
+	added      int
+	renewAfter int
+	// closed: the workers are stopping; q is not replaced any more.
+	closed bool
 }
+
+// renewAfter is how many keys a message queue takes before it is
+// replaced once it drains.
+const renewAfter = 4096
 
 func newMessages() *messages {
 	return &messages{
-		latest:  map[types.NamespacedName]string{},
-		written: map[types.NamespacedName]time.Time{},
-		q:       workqueue.NewTypedDelayingQueue[types.NamespacedName](),
+		latest:     map[types.NamespacedName]string{},
+		written:    map[types.NamespacedName]time.Time{},
+		q:          workqueue.NewTypedDelayingQueue[types.NamespacedName](),
+		renewAfter: renewAfter,
 	}
+}
+
+// tell asks for message to be written for key; waitingAlready: the
+// workload's condition already says it waits, so only the message
+// changes and the interval applies.
+func (m *messages) tell(key types.NamespacedName, message string, waitingAlready bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.latest[key] = message
+	m.add(key, m.wait(key, waitingAlready))
+}
+
+// take returns the message to write for key now, given cur, the store's
+// version of the workload. It returns false when there is none, when cur
+// says it already, or when the interval holds it back (key is then
+// queued again for when the interval ends).
+func (m *messages) take(key types.NamespacedName, cur *v1alpha1.Workload) (string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	msg, ok := m.latest[key]
+	if !ok || cur == nil {
+		return "", false
+	}
+	if !says(cur, msg) {
+		if wait := m.wait(key, waitingFor(cur)); wait > 0 {
+			m.add(key, wait)
+			return "", false
+		}
+	}
+	shrink.Delete(&m.latest, key)
+	m.renewIfDrained()
+	return msg, !says(cur, msg)
+}
+
+// retry asks for msg to be written for key again after staleRetry,
+// unless a newer message came meanwhile.
+func (m *messages) retry(key types.NamespacedName, msg string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, newer := m.latest[key]; !newer {
+		m.latest[key] = msg
+	}
+	m.add(key, staleRetry)
+}
+
+// wrote records that a message for key was written now.
+func (m *messages) wrote(key types.NamespacedName) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.written[key] = time.Now()
 }
 
 func (m *messages) forget(key types.NamespacedName) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	delete(m.latest, key)
-	delete(m.written, key)
+	shrink.Delete(&m.latest, key)
+	shrink.Delete(&m.written, key)
+	m.renewIfDrained()
 }
 
 // wait is how long a message for key must wait for the interval since the
@@ -64,6 +129,62 @@ func (m *messages) wait(key types.NamespacedName, waitingAlready bool) time.Dura
 	return max(0, MessageInterval-time.Since(last))
 }
 
+// add queues key after wait. Call it under mu, so that no key goes into a
+// queue being replaced.
+func (m *messages) add(key types.NamespacedName, wait time.Duration) {
+	m.added++
+	m.q.AddAfter(key, wait)
+}
+
+// renewIfDrained replaces q when no message is left to write and q took
+// renewAfter keys or more; the keys still in it have nothing to write.
+// Workers waiting on the old queue see it shut down and move to the new
+// one. Call it under mu.
+func (m *messages) renewIfDrained() {
+	if len(m.latest) > 0 || m.added < m.renewAfter || m.closed {
+		return
+	}
+	old := m.q
+	m.q, m.added = workqueue.NewTypedDelayingQueue[types.NamespacedName](), 0
+	old.ShutDown()
+}
+
+// queue is the queue the workers take keys from now.
+func (m *messages) queue() workqueue.TypedDelayingInterface[types.NamespacedName] {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.q
+}
+
+// serve runs n workers that hand each queued key to write, until ctx ends.
+func (m *messages) serve(ctx context.Context, n int, write func(types.NamespacedName)) {
+	go func() {
+		<-ctx.Done()
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.closed = true
+		m.q.ShutDown()
+	}()
+	var workers sync.WaitGroup
+	for range n {
+		workers.Go(func() {
+			for {
+				q := m.queue()
+				key, shutdown := q.Get()
+				if shutdown {
+					if ctx.Err() != nil {
+						return
+					}
+					continue // replaced by a fresh queue
+				}
+				write(key)
+				q.Done(key)
+			}
+		})
+	}
+	workers.Wait()
+}
+
 // Tell asks for wl's QuotaReserved condition to say why it waits: at once
 // when the condition says something else than waiting, at most once per
 // MessageInterval when only the message changed. It does not write: the
@@ -74,13 +195,7 @@ func (w *Writer) Tell(wl *v1alpha1.Workload, message string) {
 	if says(wl, message) {
 		return
 	}
-	key := workload.Key(wl)
-	m := w.messages
-	m.mu.Lock()
-	m.latest[key] = message
-	wait := m.wait(key, waitingFor(wl))
-	m.mu.Unlock()
-	m.q.AddAfter(key, wait)
+	w.messages.tell(workload.Key(wl), message, waitingFor(wl))
 }
 
 // says reports whether wl's QuotaReserved condition says it waits, with
@@ -114,69 +229,31 @@ func (w *Writer) markWaiting(ctx context.Context, key types.NamespacedName, uid 
 	if err := w.PatchStatus(ctx, orig, wl, "pending-message"); err != nil {
 		return err
 	}
-	w.messages.mu.Lock()
-	w.messages.written[key] = time.Now()
-	w.messages.mu.Unlock()
+	w.messages.wrote(key)
 	return nil
 }
 
 // runMessages runs the message workers until ctx ends.
 func (w *Writer) runMessages(ctx context.Context) {
-	go func() {
-		<-ctx.Done()
-		w.messages.q.ShutDown()
-	}()
-	var workers sync.WaitGroup
-	for range messageWorkers {
-		workers.Go(func() {
-			for {
-				key, shutdown := w.messages.q.Get()
-				if shutdown {
-					return
-				}
-				if err := w.writeMessage(ctx, key); err != nil && ctx.Err() == nil {
-					ctrl.LoggerFrom(ctx).V(1).Info("write waiting message", "workload", key.String(), "error", err.Error())
-				}
-				w.messages.q.Done(key)
-			}
-		})
-	}
-	workers.Wait()
+	w.messages.serve(ctx, messageWorkers, func(key types.NamespacedName) {
+		if err := w.writeMessage(ctx, key); err != nil && ctx.Err() == nil {
+			ctrl.LoggerFrom(ctx).V(1).Info("write waiting message", "workload", key.String(), "error", err.Error())
+		}
+	})
 }
 
 // writeMessage writes the latest message asked for key, unless the
 // workload says it already, or the interval holds it back for now.
 func (w *Writer) writeMessage(ctx context.Context, key types.NamespacedName) error {
-	m := w.messages
 	cur := w.cfg.Store.Get(key)
-	m.mu.Lock()
-	msg, ok := m.latest[key]
-	switch {
-	case !ok || cur == nil:
-		m.mu.Unlock()
-		return nil
-	case says(cur, msg):
-		delete(m.latest, key)
-		m.mu.Unlock()
+	msg, ok := w.messages.take(key, cur)
+	if !ok {
 		return nil
 	}
-	if wait := m.wait(key, waitingFor(cur)); wait > 0 {
-		m.mu.Unlock()
-		m.q.AddAfter(key, wait)
-		return nil
-	}
-	delete(m.latest, key)
-	m.mu.Unlock()
 	err := w.markWaiting(ctx, key, cur.UID, msg)
 	if errors.Is(err, ErrStale) {
-		// The store is behind; say it again once the newer version is
-		// in, unless a newer message came meanwhile.
-		m.mu.Lock()
-		if _, newer := m.latest[key]; !newer {
-			m.latest[key] = msg
-		}
-		m.mu.Unlock()
-		m.q.AddAfter(key, staleRetry)
+		// The store is behind; say it again once the newer version is in.
+		w.messages.retry(key, msg)
 		return nil
 	}
 	return err

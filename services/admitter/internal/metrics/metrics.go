@@ -49,6 +49,9 @@ type Metrics struct {
 	DecisionsPublished *prometheus.CounterVec
 	// SlowSubscribers counts stream subscribers cut off for falling behind.
 	SlowSubscribers prometheus.Counter
+	// DecisionRing is the number of recent decisions the stream holds for
+	// subscribers that resume.
+	DecisionRing prometheus.Gauge
 	// WorkloadWrites counts API writes to Workloads, per operation.
 	WorkloadWrites *prometheus.CounterVec
 	// ReservationsUnknown counts reservation writes whose outcome was
@@ -156,6 +159,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: namespace, Name: "decisions_published_total",
 			Help: "Decisions recorded in the decision stream.",
 		}, []string{"action"}),
+		DecisionRing: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "decision_ring_changes",
+			Help: "Recent decisions the decision stream holds so that a subscriber can resume; they leave as the ring's bounds of entries, bytes and age require.",
+		}),
 		SlowSubscribers: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "stream_slow_subscribers_total",
 			Help: "WatchAdmissions subscribers disconnected for falling behind.",
@@ -221,6 +228,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.DecisionsStreamed = register(m.DecisionsStreamed).(*prometheus.CounterVec)
 	m.DecisionsPublished = register(m.DecisionsPublished).(*prometheus.CounterVec)
 	m.SlowSubscribers = register(m.SlowSubscribers).(prometheus.Counter)
+	m.DecisionRing = register(m.DecisionRing).(prometheus.Gauge)
 	m.WorkloadWrites = register(m.WorkloadWrites).(*prometheus.CounterVec)
 	m.ReservationsUnknown = register(m.ReservationsUnknown).(*prometheus.CounterVec)
 	m.DeadlineEvictions = register(m.DeadlineEvictions).(*prometheus.CounterVec)

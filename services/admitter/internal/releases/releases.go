@@ -28,6 +28,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 	"github.com/sluice-dev/sluice/services/admitter/internal/checks"
 	"github.com/sluice-dev/sluice/services/admitter/internal/metrics"
+	"github.com/sluice-dev/sluice/services/admitter/internal/shrink"
 	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
 )
 
@@ -174,8 +175,8 @@ func (t *Tracker) ack(it item) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.acked[it] = true
-	delete(t.live, it)
-	delete(t.failed, it)
+	shrink.Delete(&t.live, it)
+	shrink.Delete(&t.failed, it)
 }
 
 // fail records a failed attempt and reports whether it was the first.
@@ -225,7 +226,7 @@ func (t *Tracker) Forget(key types.NamespacedName) {
 			}
 		}
 	}
-	delete(t.fullNoted, key)
+	shrink.Delete(&t.fullNoted, key)
 }
 
 // Run sends the Release calls owed, and writes the checks' owedReleases,

@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 	"github.com/sluice-dev/sluice/services/admitter/internal/queue"
 	"github.com/sluice-dev/sluice/services/admitter/internal/quota"
+	"github.com/sluice-dev/sluice/services/admitter/internal/shrink"
 )
 
 // clusterQueue is one ClusterQueue: whether it can admit, what it has
@@ -90,7 +91,7 @@ func (cq *clusterQueue) wake() {
 // flavors changed.
 func (cq *clusterQueue) wakeAll() {
 	for k, e := range cq.stuck {
-		delete(cq.stuck, k)
+		shrink.Delete(&cq.stuck, k)
 		cq.toParked(e)
 	}
 	cq.wake()
@@ -100,7 +101,7 @@ func (cq *clusterQueue) wakeAll() {
 // aside, to parked.
 func (cq *clusterQueue) endPass() {
 	for k, e := range cq.retried {
-		delete(cq.retried, k)
+		shrink.Delete(&cq.retried, k)
 		cq.toParked(e)
 	}
 	cq.parked.restore()
@@ -214,9 +215,9 @@ func (cq *clusterQueue) take(e *entry) {
 			}
 		}
 	case retrying:
-		delete(cq.retried, e.key)
+		shrink.Delete(&cq.retried, e.key)
 	case stuck:
-		delete(cq.stuck, e.key)
+		shrink.Delete(&cq.stuck, e.key)
 	}
 	if cq.blockedBy == e {
 		cq.unblock()

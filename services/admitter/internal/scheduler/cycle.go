@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 	"github.com/sluice-dev/sluice/services/admitter/internal/queue"
 	"github.com/sluice-dev/sluice/services/admitter/internal/quota"
+	"github.com/sluice-dev/sluice/services/admitter/internal/shrink"
 	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
 )
 
@@ -385,7 +386,7 @@ func behindMessage(cq *clusterQueue) string {
 
 // tell hands out e's waiting message unless the last Plan already did.
 func (s *Scheduler) tell(plan *Plan, e *entry, message string) {
-	delete(s.messages, e.key)
+	shrink.Delete(&s.messages, e.key)
 	if e.sent == message {
 		return
 	}

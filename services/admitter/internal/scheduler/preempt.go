@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-dev/sluice/services/admitter/internal/preemption"
 	"github.com/sluice-dev/sluice/services/admitter/internal/queue"
 	"github.com/sluice-dev/sluice/services/admitter/internal/quota"
+	"github.com/sluice-dev/sluice/services/admitter/internal/shrink"
 	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
 )
 
@@ -412,7 +413,7 @@ func (s *Scheduler) releaseLapsedClaims(pool *victimPool) {
 		for _, w := range victims {
 			e := pool.entryOf(w)
 			if s.claims[e.key] == by.key {
-				delete(s.claims, e.key)
+				shrink.Delete(&s.claims, e.key)
 			}
 			pool.putBack(w, e)
 		}
@@ -443,7 +444,7 @@ func (s *Scheduler) claimant(e *entry) (types.NamespacedName, bool) {
 	if e.where == reserved && waits(s.workloads[by]) {
 		return by, true
 	}
-	delete(s.claims, e.key)
+	shrink.Delete(&s.claims, e.key)
 	return by, false
 }
 
@@ -464,7 +465,7 @@ func (s *Scheduler) dropStaleClaims() {
 		if v != nil && v.where == reserved && waits(p) {
 			continue
 		}
-		delete(s.claims, victim)
+		shrink.Delete(&s.claims, victim)
 		dropped = true
 		if waits(p) {
 			s.retry(p)

@@ -34,6 +34,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
 	"github.com/sluice-dev/sluice/services/admitter/internal/queue"
 	"github.com/sluice-dev/sluice/services/admitter/internal/quota"
+	"github.com/sluice-dev/sluice/services/admitter/internal/shrink"
 	"github.com/sluice-dev/sluice/services/admitter/internal/store"
 	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
 )
@@ -265,14 +266,14 @@ func (s *Scheduler) Forget(key types.NamespacedName, uid types.UID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if m, ok := s.retired[key]; ok && (uid == "" || m.uid == uid) {
-		delete(s.retired, key)
+		shrink.Delete(&s.retired, key)
 	}
 	e := s.workloads[key]
 	if e == nil || (uid != "" && e.wl.UID != uid) {
 		return
 	}
 	s.retire(e)
-	delete(s.retired, key)
+	shrink.Delete(&s.retired, key)
 }
 
 // Unassume undoes the reservation a Plan assumed for wl when the write
@@ -293,8 +294,8 @@ func (s *Scheduler) Unassume(wl *v1alpha1.Workload) {
 func (s *Scheduler) retire(e *entry) {
 	s.unplace(e)
 	s.unindex(e)
-	delete(s.workloads, e.key)
-	delete(s.messages, e.key)
+	shrink.Delete(&s.workloads, e.key)
+	shrink.Delete(&s.messages, e.key)
 }
 
 func (s *Scheduler) index(e *entry) {
@@ -503,7 +504,7 @@ func (s *Scheduler) unplace(e *entry) {
 	}
 	e.where, e.cq, e.usage, e.amounts, e.admittedIn = unplaced, nil, nil, nil, ""
 	e.countsInLQ, e.counted, e.lqCounted = false, countNone, countNone
-	delete(s.messages, e.key)
+	shrink.Delete(&s.messages, e.key)
 }
 
 // replace re-places every workload in entries (after a queue changed).

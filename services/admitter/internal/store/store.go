@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 
 	"github.com/sluice-dev/sluice/pkg/api/v1alpha1"
+	"github.com/sluice-dev/sluice/services/admitter/internal/shrink"
 	"github.com/sluice-dev/sluice/services/admitter/internal/workload"
 )
 
@@ -73,14 +74,14 @@ func (s *Store) Upsert(wl *v1alpha1.Workload) (*v1alpha1.Workload, bool) {
 		return prev, false
 	}
 	if prev != nil {
-		delete(s.byUID, prev.UID)
+		shrink.Delete(&s.byUID, prev.UID)
 	}
 	if workload.IsFinished(wl) && !workload.IsDeleting(wl) {
-		delete(s.m, key)
+		shrink.Delete(&s.m, key)
 		s.retired[key] = mark{uid: wl.UID, resourceVersion: wl.ResourceVersion}
 		return prev, true
 	}
-	delete(s.retired, key)
+	shrink.Delete(&s.retired, key)
 	s.m[key] = wl
 	s.byUID[wl.UID] = key
 	return prev, true
@@ -107,21 +108,21 @@ func (s *Store) Remove(key types.NamespacedName, uid types.UID) *v1alpha1.Worklo
 		s.deleted[uid] = now
 	}
 	if r, ok := s.retired[key]; ok && (uid == "" || r.uid == uid) {
-		delete(s.retired, key)
+		shrink.Delete(&s.retired, key)
 	}
 	if now.Sub(s.lastPrune) > tombstoneTTL/10 {
 		s.lastPrune = now
 		for u, at := range s.deleted {
 			if now.Sub(at) > tombstoneTTL {
-				delete(s.deleted, u)
+				shrink.Delete(&s.deleted, u)
 			}
 		}
 	}
 	if prev == nil || (uid != "" && prev.UID != uid) {
 		return nil
 	}
-	delete(s.m, key)
-	delete(s.byUID, prev.UID)
+	shrink.Delete(&s.m, key)
+	shrink.Delete(&s.byUID, prev.UID)
 	return prev
 }
 
@@ -195,7 +196,7 @@ func (k *Locks) Lock(key types.NamespacedName) func() {
 		k.mu.Lock()
 		l.refs--
 		if l.refs == 0 {
-			delete(k.locks, key)
+			shrink.Delete(&k.locks, key)
 		}
 		k.mu.Unlock()
 	}

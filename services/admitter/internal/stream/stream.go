@@ -4,13 +4,15 @@
 // bounded ring of recent changes, each numbered by a revision
 // "<epoch>:<seq>". A new subscriber gets a snapshot of the decisions in
 // force, or, when it names a revision of this epoch still in the ring, only
-// the changes after it. The ring is bounded both in entries and in bytes, so
-// a burst of large decisions cannot grow the admitter's memory unchecked.
+// the changes after it. The ring is bounded in entries, in bytes and in
+// age, so a burst of large decisions cannot grow the admitter's memory
+// unchecked, and what a burst left behind is given back once it is old.
 // Publishing never blocks: a subscriber whose buffer is full is disconnected
 // and resumes (or re-snapshots) when it reconnects.
 package stream
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -18,17 +20,20 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
 	"github.com/sluice-dev/sluice/pkg/shard"
+	"github.com/sluice-dev/sluice/services/admitter/internal/shrink"
 )
 
 // Defaults for Options.
 const (
 	DefaultRingSize   = 16384
 	DefaultRingBytes  = 8 << 20
+	DefaultRingAge    = 2 * time.Minute
 	DefaultBufferSize = 1024
 	DefaultChunkSize  = 500
 )
@@ -56,17 +61,28 @@ type Options struct {
 	BufferSize int
 	// ChunkSize is the most decisions per snapshot or replay batch.
 	ChunkSize int
+	// RingAge is how long a change stays in the ring. A subscriber away
+	// for longer gets a snapshot, which by then costs little more than the
+	// replay; the changes of a burst do not stay in memory once the burst
+	// has drained.
+	RingAge time.Duration
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
 	// OnSend, if set, is told of every decision a subscriber was sent (see
 	// Subscription.Sent).
 	OnSend func(action admitterv1.Decision_Action)
 	// OnDisconnect, if set, is told when a slow subscriber is dropped.
 	OnDisconnect func()
+	// OnRing, if set, is told how many changes the ring holds whenever
+	// that may have changed.
+	OnRing func(changes int)
 }
 
 type change struct {
 	seq      uint64
 	decision *admitterv1.Decision
 	size     int // accounted bytes, kept so eviction subtracts exactly what was added
+	at       time.Time
 }
 
 // Broadcaster fans decisions out to subscribers. It is safe for concurrent
@@ -102,6 +118,12 @@ func New(opts Options) *Broadcaster {
 	if opts.ChunkSize <= 0 {
 		opts.ChunkSize = DefaultChunkSize
 	}
+	if opts.RingAge <= 0 {
+		opts.RingAge = DefaultRingAge
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
 	b := &Broadcaster{opts: opts, subs: map[*Subscription]struct{}{}}
 	b.resetLocked(nil)
 	return b
@@ -128,7 +150,7 @@ func (b *Broadcaster) Reset(inForce []*admitterv1.Decision) {
 func (b *Broadcaster) resetLocked(inForce []*admitterv1.Decision) {
 	b.epoch = newEpoch()
 	b.seq = 0
-	b.ring = make([]change, min(b.opts.RingSize, 1024))
+	b.ring = make([]change, min(b.opts.RingSize, initialRing))
 	b.ringHead, b.ringLen, b.ringBytes = 0, 0, 0
 	b.inForce = make(map[string]*admitterv1.Decision, len(inForce))
 	for _, d := range inForce {
@@ -136,6 +158,7 @@ func (b *Broadcaster) resetLocked(inForce []*admitterv1.Decision) {
 			b.inForce[Key(d)] = d
 		}
 	}
+	b.reportRingLocked()
 }
 
 func newEpoch() string {
@@ -197,18 +220,19 @@ func (b *Broadcaster) Publish(decisions ...*admitterv1.Decision) int {
 			if !inForce {
 				continue
 			}
-			delete(b.inForce, key)
+			shrink.Delete(&b.inForce, key)
 		default:
 			continue
 		}
 		b.seq++
-		c := change{seq: b.seq, decision: d, size: proto.Size(d) + ringEntryOverhead}
+		c := change{seq: b.seq, decision: d, size: proto.Size(d) + ringEntryOverhead, at: b.opts.Now()}
 		b.appendRingLocked(c)
 		recorded = append(recorded, c)
 	}
 	if len(recorded) == 0 {
 		return 0
 	}
+	b.reportRingLocked()
 	for s := range b.subs {
 		var batch []*admitterv1.Decision
 		for _, c := range recorded {
@@ -250,6 +274,7 @@ func (b *Broadcaster) appendRingLocked(c change) {
 		}
 		return
 	}
+	b.expireLocked(c.at)
 	for b.ringLen > 0 && (b.ringLen >= b.opts.RingSize || b.ringBytes+c.size > b.opts.RingBytes) {
 		b.evictOldestLocked()
 	}
@@ -266,6 +291,45 @@ func (b *Broadcaster) evictOldestLocked() {
 	b.ring[b.ringHead] = change{} // let the decision be collected
 	b.ringHead = (b.ringHead + 1) % len(b.ring)
 	b.ringLen--
+}
+
+// initialRing is the ring buffer's length when it is made, and what an
+// emptied ring shrinks back to.
+const initialRing = 1024
+
+// expireLocked evicts the changes older than RingAge at now, and gives
+// back the room of a grown ring once nothing is left in it.
+func (b *Broadcaster) expireLocked(now time.Time) {
+	for b.ringLen > 0 && now.Sub(b.ring[b.ringHead].at) > b.opts.RingAge {
+		b.evictOldestLocked()
+	}
+	if b.ringLen == 0 && len(b.ring) > initialRing {
+		b.ring, b.ringHead = make([]change, min(b.opts.RingSize, initialRing)), 0
+	}
+}
+
+// Run evicts aged changes until ctx ends, so that they go even when
+// nothing is published any more.
+func (b *Broadcaster) Run(ctx context.Context) {
+	tick := time.NewTicker(b.opts.RingAge / 4)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			b.mu.Lock()
+			b.expireLocked(b.opts.Now())
+			b.reportRingLocked()
+			b.mu.Unlock()
+		}
+	}
+}
+
+func (b *Broadcaster) reportRingLocked() {
+	if b.opts.OnRing != nil {
+		b.opts.OnRing(b.ringLen)
+	}
 }
 
 // growRingLocked doubles the buffer, up to RingSize, so the entry bound does

@@ -1,12 +1,16 @@
 package stream
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	admitterv1 "github.com/sluice-dev/sluice/gen/sluice/admitter/v1"
 	sluicev1 "github.com/sluice-dev/sluice/gen/sluice/v1"
@@ -626,5 +630,71 @@ func TestRingBytesAfterWrapAndReset(t *testing.T) {
 				t.Fatalf("after Reset and one publish: ring holds %d entries, %d bytes; want 1, %d", entries, bytes, entrySize(d))
 			}
 		})
+	}
+}
+
+// A change older than RingAge leaves the ring when the next one comes: a
+// resume from before it gets a snapshot, one from after it a replay.
+func TestRingAgeEvictsOldChanges(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	b := New(Options{RingAge: 5 * time.Minute, Now: func() time.Time { return now }})
+	early := publishEach(t, b, series("early", 3, func(n string) *admitterv1.Decision { return admit(n) }))
+	now = now.Add(3 * time.Minute)
+	late := publishEach(t, b, series("late", 2, func(n string) *admitterv1.Decision { return admit(n) }))
+	now = now.Add(3 * time.Minute) // the early ones are 6 minutes old, the late ones 3
+	publishEach(t, b, []*admitterv1.Decision{admit("now")})
+
+	if entries, _ := b.ringSize(); entries != 3 {
+		t.Fatalf("ring holds %d entries, want the 3 younger than RingAge", entries)
+	}
+	fromEarly, err := b.Subscribe(early[1], Shard{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fromEarly.Close()
+	if fromEarly.Resumed {
+		t.Errorf("resume from an expired change replayed %v, want a snapshot", names(fromEarly.Initial))
+	}
+	fromLate, err := b.Subscribe(late[0], Shard{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fromLate.Close()
+	if want := []string{"ADMIT:late1", "ADMIT:now"}; !fromLate.Resumed || fmt.Sprint(names(fromLate.Initial)) != fmt.Sprint(want) {
+		t.Errorf("resume from a held change: resumed=%t %v, want %v", fromLate.Resumed, names(fromLate.Initial), want)
+	}
+}
+
+// Run empties the ring of aged changes with nothing published, says so,
+// and an emptied ring gives back the room it grew to.
+func TestRunExpiresWithoutPublishing(t *testing.T) {
+	var held atomic.Int64
+	b := New(Options{RingAge: 40 * time.Millisecond, OnRing: func(n int) { held.Store(int64(n)) }})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go b.Run(ctx)
+	b.Publish(series("w", 3*initialRing, func(n string) *admitterv1.Decision { return admit(n) })...)
+	if n := held.Load(); n != 3*initialRing {
+		t.Fatalf("the ring says it holds %d changes right after publishing, want %d", n, 3*initialRing)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return held.Load() == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("the ring still says it holds %d changes: %v", held.Load(), err)
+	}
+	b.mu.Lock()
+	entries, room := b.ringLen, len(b.ring)
+	b.mu.Unlock()
+	if entries != 0 || room != initialRing {
+		t.Errorf("ring holds %d changes in room for %d, want 0 in %d", entries, room, initialRing)
+	}
+	s, err := b.Subscribe(b.Revision(), Shard{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if !s.Resumed || len(s.Initial) != 0 {
+		t.Errorf("resume from the current revision after expiry: resumed=%t %v, want an empty replay", s.Resumed, names(s.Initial))
 	}
 }
