@@ -465,6 +465,7 @@ func Run(ctx context.Context, log logr.Logger, cfg Config) error {
 	})
 	g.Go(func() error { return grpcSrv.Run(ctx, grpcLis) })
 	g.Go(func() error { broadcaster.Run(ctx); return nil })
+	g.Go(func() error { adm.Tidy(ctx); return nil })
 	if httpLis != nil {
 		hs := serve.NewServer(gatherer)
 		hs.EnablePprof(cfg.Pprof)

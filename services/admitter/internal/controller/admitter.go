@@ -191,6 +191,11 @@ func New(cfg Config) *Admitter {
 	return a
 }
 
+// Tidy forgets, on a timer until ctx ends, what the admitter remembers of
+// deleted workloads. It runs on every replica: a standby's store follows
+// the informer too.
+func (a *Admitter) Tidy(ctx context.Context) { a.store.Run(ctx) }
+
 // Leading reports whether this admitter is the leader and serves.
 func (a *Admitter) Leading() bool { return a.leading.Load() }
 

@@ -81,7 +81,8 @@ func (m *messages) take(key types.NamespacedName, cur *v1alpha1.Workload) (strin
 	if !ok || cur == nil {
 		return "", false
 	}
-	if !says(cur, msg) {
+	said := says(cur, msg)
+	if !said {
 		if wait := m.wait(key, waitingFor(cur)); wait > 0 {
 			m.add(key, wait)
 			return "", false
@@ -89,7 +90,7 @@ func (m *messages) take(key types.NamespacedName, cur *v1alpha1.Workload) (strin
 	}
 	shrink.Delete(&m.latest, key)
 	m.renewIfDrained()
-	return msg, !says(cur, msg)
+	return msg, !said
 }
 
 // retry asks for msg to be written for key again after staleRetry,

@@ -9,6 +9,7 @@
 package store
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -32,8 +33,7 @@ type Store struct {
 	retired map[types.NamespacedName]mark
 	// deleted remembers, for a while, the uids of workloads seen deleted,
 	// so a read that raced the deletion cannot bring one back.
-	deleted   map[types.UID]time.Time
-	lastPrune time.Time
+	deleted map[types.UID]time.Time
 }
 
 type mark struct {
@@ -103,20 +103,11 @@ func (s *Store) Remove(key types.NamespacedName, uid types.UID) *v1alpha1.Worklo
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	prev := s.m[key]
-	now := time.Now()
 	if uid != "" {
-		s.deleted[uid] = now
+		s.deleted[uid] = time.Now()
 	}
 	if r, ok := s.retired[key]; ok && (uid == "" || r.uid == uid) {
 		shrink.Delete(&s.retired, key)
-	}
-	if now.Sub(s.lastPrune) > tombstoneTTL/10 {
-		s.lastPrune = now
-		for u, at := range s.deleted {
-			if now.Sub(at) > tombstoneTTL {
-				shrink.Delete(&s.deleted, u)
-			}
-		}
 	}
 	if prev == nil || (uid != "" && prev.UID != uid) {
 		return nil
@@ -124,6 +115,35 @@ func (s *Store) Remove(key types.NamespacedName, uid types.UID) *v1alpha1.Worklo
 	shrink.Delete(&s.m, key)
 	shrink.Delete(&s.byUID, prev.UID)
 	return prev
+}
+
+// Run forgets deleted workloads' uids once they are older than the
+// tombstone TTL, checking every tenth of it until ctx ends: on a timer, so
+// the last run's tombstones go even when no Workload changes after it.
+func (s *Store) Run(ctx context.Context) {
+	t := time.NewTicker(tombstoneTTL / 10)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			s.PruneTombstones(now)
+		}
+	}
+}
+
+// PruneTombstones forgets the uids of workloads deleted more than the
+// tombstone TTL before now, and reports how many it still remembers.
+func (s *Store) PruneTombstones(now time.Time) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for u, at := range s.deleted {
+		if now.Sub(at) > tombstoneTTL {
+			shrink.Delete(&s.deleted, u)
+		}
+	}
+	return len(s.deleted)
 }
 
 // Get returns the newest version of the workload; nil when it is unknown,
@@ -196,7 +216,10 @@ func (k *Locks) Lock(key types.NamespacedName) func() {
 		k.mu.Lock()
 		l.refs--
 		if l.refs == 0 {
-			shrink.Delete(&k.locks, key)
+			// A plain delete: the map holds only the writes in flight,
+			// and making it afresh each time it empties would cost an
+			// allocation per write.
+			delete(k.locks, key)
 		}
 		k.mu.Unlock()
 	}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -71,6 +72,24 @@ func TestStoreRefusesDeletedWorkloads(t *testing.T) {
 	again := &v1alpha1.Workload{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "w", UID: "u2", ResourceVersion: "9"}}
 	if _, ok := s.Upsert(again); !ok || s.Get(key).UID != "u2" {
 		t.Fatal("a new workload of the same name was refused")
+	}
+}
+
+// Tombstones last the TTL, then go on the timer's next tick, with no
+// further Workload event needed.
+func TestTombstonesPrunedAfterTheirTTL(t *testing.T) {
+	s := New()
+	key := types.NamespacedName{Namespace: "ns", Name: "w"}
+	s.Upsert(wlAt("u1", "5"))
+	s.Remove(key, "u1")
+	if left := s.PruneTombstones(time.Now()); left != 1 {
+		t.Fatalf("a fresh tombstone was pruned: %d left, want 1", left)
+	}
+	if _, ok := s.Upsert(wlAt("u1", "4")); ok {
+		t.Fatal("a stale read was recorded while its tombstone lives")
+	}
+	if left := s.PruneTombstones(time.Now().Add(tombstoneTTL + time.Second)); left != 0 {
+		t.Fatalf("%d tombstones outlived their TTL", left)
 	}
 }
 
