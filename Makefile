@@ -144,6 +144,11 @@ examples-deps: ## Install the npm packages of examples/checks-js (npm ci; quick 
 e2e: cluster-build build examples-deps ## End-to-end tests: the four services as processes on a local control plane; the conformance kit against every shipped provider.
 	SLUICE_SERVICES_BIN=$(CURDIR)/bin $(GO) test $(TEST_FLAGS) -p $(SUITE_PARALLEL) ./test/e2e/... ./test/conformance/...
 
+# Where `make bench` keeps every run's CPU profiles (one directory per
+# benchmark), and how long each lasts: long enough for a single-pod burst.
+BENCH_PROFILES ?= $(CURDIR)/.bench/profiles
+BENCH_PROFILE_SECONDS ?= 20
+
 # The scale shapes of test/bench (BenchmarkScale*) take about 45 minutes
 # together: `make bench` runs every other benchmark there and `make
 # bench-scale` runs them. Go's -bench has no "not": this pattern is
@@ -159,8 +164,8 @@ scale-check: cluster-build build ## The scale benchmarks' shapes at 1% (SCALE_CH
 	SLUICE_BENCH_SCALE=$(SCALE_CHECK) SLUICE_SERVICES_BIN=$(CURDIR)/bin $(GO) test -count=1 -timeout=10m -run '^$$' -bench '^BenchmarkScale' -benchtime 1x ./test/bench/
 
 .PHONY: bench
-bench: cluster-build build ## Burst pods through a running system (throughput, writes per pod), preempt a full queue; time a scheduling cycle and a cohort tree's admission.
-	$(GO) test -count=1 -timeout=60m -run '^$$' -bench '$(BENCH_NOT_SCALE)' -benchtime 1x ./test/bench/...
+bench: cluster-build build ## Burst pods through a running system (throughput, writes per pod, CPU profiles in BENCH_PROFILES), preempt a full queue; time a scheduling cycle and a cohort tree's admission.
+	SLUICE_BENCH_PROFILE_DIR=$(BENCH_PROFILES) SLUICE_BENCH_PROFILE_SECONDS=$(BENCH_PROFILE_SECONDS) $(GO) test -count=1 -timeout=60m -run '^$$' -bench '$(BENCH_NOT_SCALE)' -benchtime 1x ./test/bench/...
 	$(GO) test -count=1 -run '^$$' -bench Cycle -benchmem -benchtime 2000x ./services/admitter/internal/scheduler/
 	$(GO) test -count=1 -run '^$$' -bench TreeAdmit -benchmem ./services/admitter/internal/quota/
 	$(GO) test -count=1 -run '^$$' -bench Check -benchmem -benchtime 20000x ./services/grouper/internal/fit/

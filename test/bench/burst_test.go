@@ -17,12 +17,10 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -208,7 +206,7 @@ func runBurst(b *testing.B, envOpts testenv.Options, c burstCase) {
 	// server alone needs to ungate the largest group is measured, not
 	// extrapolated from a smaller run.
 	rawPods := max(burst, c.groupSize)
-	profileDir := os.Getenv("SLUICE_BENCH_PROFILE_DIR")
+	profileDir := profileDir(b)
 	var profileRawUngates func()
 	if profileDir != "" {
 		// The raw API server patches about a thousand pods a second here:
@@ -235,7 +233,8 @@ func runBurst(b *testing.B, envOpts testenv.Options, c burstCase) {
 	cpu := newCPUMeter(env, s)
 	memory := newMemoryMeter(s)
 	res := measureSluice(ctx, b, env, cs, c, s, profileDir, bound)
-	cpuReport := cpu.report()
+	cpuUsed := cpu.usedByProcess()
+	sluiceCPU := cpuReport(cpuUsed)
 	memReport := memory.report()
 
 	// The last group's pods cannot all be ungated faster than the raw API
@@ -272,8 +271,12 @@ func runBurst(b *testing.B, envOpts testenv.Options, c burstCase) {
 	fmt.Printf("other requests by resource, per pod: %s\n", res.readsByResource)
 	fmt.Printf("CPU seconds, raw pipeline: %s\n", rawCPUReport)
 	fmt.Printf("CPU seconds, raw through the gating webhook (its server is the benchmark's): %s\n", hookCPUReport)
-	fmt.Printf("CPU seconds, sluice from the burst's start to the last ungate: %s\n", cpuReport)
+	fmt.Printf("CPU seconds, sluice from the burst's start to the last ungate: %s\n", sluiceCPU)
 	fmt.Printf("CPU ms per pod: grouper %.2f, webhook %.2f\n", grouperCPU, webhookCPU)
+	if res.profiles != nil {
+		res.profiles.Wait()
+		printCPUPerPod(b, cpuUsed, c.pods, filepath.Join(profileDir, "kube-apiserver.pprof"))
+	}
 	fmt.Printf("peak resident memory (VmHWM), MB: %s; the grouper's grew %.1f KB per pod\n",
 		memReport, memReport.growthPerPod("grouper", c.pods)/1024)
 }
@@ -287,6 +290,8 @@ type sluiceResult struct {
 	writesByResource   string
 	readsByResource    string
 	stages             string
+	// profiles is done when the run's profiles are written; nil without.
+	profiles *sync.WaitGroup
 }
 
 func measureSluice(ctx context.Context, b *testing.B, env *testenv.Env, cs kubernetes.Interface, bc burstCase,
@@ -324,8 +329,9 @@ func measureSluice(ctx context.Context, b *testing.B, env *testenv.Env, cs kuber
 	if err != nil {
 		b.Fatal(err)
 	}
+	var profiles *sync.WaitGroup
 	if profileDir != "" {
-		go profileRun(ctx, b, cs, s, profileDir)
+		profiles = profileRun(ctx, b, env, cs, s, profileDir)
 	}
 	created := make([]time.Time, n)
 	start := time.Now()
@@ -343,6 +349,7 @@ func measureSluice(ctx context.Context, b *testing.B, env *testenv.Env, cs kuber
 	}
 
 	var res sluiceResult
+	res.profiles = profiles
 	res.ungateLatency = measureUngateLatency(created, seen, "pod-", start)
 	if res.ungated < n {
 		b.Errorf("only %d of %d pods were ungated within %s", res.ungated, n, bound)
@@ -646,56 +653,4 @@ func latest(a, b time.Time) time.Time {
 		return b
 	}
 	return a
-}
-
-// profileAPIServer writes a CPU profile of kube-apiserver over the next
-// seconds to dir/name. Set SLUICE_BENCH_PROFILE_DIR to get one of the
-// raw run's ungates (kube-apiserver-raw-ungates.pprof) and a 10-second one
-// during the burst (kube-apiserver.pprof), with the same of the admitter,
-// grouper and webhook (started with --pprof); `go tool pprof` reads them.
-// SLUICE_BENCH_PROFILE_DELAY (a duration) starts the burst's that long
-// after the burst.
-func profileAPIServer(ctx context.Context, b *testing.B, cs kubernetes.Interface, dir, name string, seconds int) {
-	data, err := cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", strconv.Itoa(seconds)).DoRaw(ctx)
-	if err != nil {
-		b.Logf("profiling kube-apiserver: %v", err)
-		return
-	}
-	path := filepath.Join(dir, name)
-	if err := os.WriteFile(path, data, 0o644); err != nil {
-		b.Logf("writing %s: %v", path, err)
-		return
-	}
-	fmt.Printf("kube-apiserver CPU profile: %s\n", path)
-}
-
-// profileRun writes 10-second CPU profiles of kube-apiserver and of the
-// admitter, grouper and webhook (started with --pprof) to dir, taken
-// SLUICE_BENCH_PROFILE_DELAY (a duration, default 0) from now: it moves
-// the window later into a run, e.g. onto the ungates of a large group.
-func profileRun(ctx context.Context, b *testing.B, cs kubernetes.Interface, s *harness.Sluice, dir string) {
-	delay, _ := time.ParseDuration(os.Getenv("SLUICE_BENCH_PROFILE_DELAY"))
-	select {
-	case <-ctx.Done():
-		return
-	case <-time.After(delay):
-	}
-	go profileAPIServer(ctx, b, cs, dir, "kube-apiserver.pprof", 10)
-	for _, svc := range []*harness.Service{s.Admitter, s.Grouper, s.Webhook} {
-		go profileService(ctx, b, svc, dir)
-	}
-}
-
-func profileService(ctx context.Context, b *testing.B, svc *harness.Service, dir string) {
-	data, code, err := svc.Get(ctx, "/debug/pprof/profile?seconds=10")
-	if err != nil || code != http.StatusOK {
-		b.Logf("profiling %s: %d %v", svc.Name, code, err)
-		return
-	}
-	path := filepath.Join(dir, svc.Name+".pprof")
-	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
-		b.Logf("writing %s: %v", path, err)
-		return
-	}
-	fmt.Printf("%s CPU profile: %s\n", svc.Name, path)
 }

@@ -203,8 +203,8 @@ func measurePreemption(ctx context.Context, b *testing.B, env *testenv.Env, cs k
 		b.Fatal(err)
 	}
 	cpu := newCPUMeter(env, s)
-	if dir := os.Getenv("SLUICE_BENCH_PROFILE_DIR"); dir != "" {
-		go profileRun(ctx, b, cs, s, dir)
+	if dir := profileDir(b); dir != "" {
+		profileRun(ctx, b, env, cs, s, dir)
 	}
 	created := make([]time.Time, n)
 	start := time.Now()

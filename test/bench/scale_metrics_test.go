@@ -385,6 +385,9 @@ type scaleWrites struct {
 	workloadOp map[string]float64 // the admitter's Workload writes by operation
 	all        float64
 	byResource map[string]float64
+	// others are the requests that write nothing (reads, watches), by
+	// verb and resource.
+	others map[string]float64
 }
 
 func (w scaleWrites) sluice() float64 {

@@ -708,7 +708,7 @@ func (r *scaleRun) measure(ctx context.Context, b *testing.B, classes []scaleCla
 	cpu := newCPUMeter(r.env, r.s)
 
 	if dir := os.Getenv("SLUICE_BENCH_PROFILE_DIR"); dir != "" {
-		go profileRun(ctx, b, r.cs, r.s, dir)
+		profileRun(ctx, b, r.env, r.cs, r.s, dir)
 	}
 	m.start = time.Now()
 	w.startUsage(m.start)
@@ -736,7 +736,7 @@ func (r *scaleRun) measure(ctx context.Context, b *testing.B, classes []scaleCla
 	}
 	m.writes = scaleWrites{services: subtractWrites(serviceWrites(ctx, r.s), servicesBefore),
 		workloadOp: subtractWrites(admitterWrites(ctx, r.s), opsBefore)}
-	m.writes.all, m.writes.byResource, _ = countRequests(apiAfter, apiBefore)
+	m.writes.all, m.writes.byResource, m.writes.others = countRequests(apiAfter, apiBefore)
 	m.grouper = readGrouperTimes(ctx, r.s).since(grouperBefore)
 	m.memory = memory.report()
 	if drained {
@@ -902,6 +902,7 @@ func (m *scaleMeasurement) print(classes []scaleClass) {
 	fmt.Printf("API writes per workload: by sluice's services %.2f (%s); by every client %.2f: %s\n",
 		m.writes.sluice()/float64(m.n), m.writes.servicesPerWorkload(m.n), m.writes.all/float64(m.n), perPod(atLeast(m.writes.byResource, 0.005*float64(m.n)), m.n))
 	fmt.Printf("the admitter's Workload writes per workload, by operation: %s\n", perPod(m.writes.workloadOp, m.n))
+	fmt.Printf("other requests per workload (reads and watches, by every client): %s\n", perPod(atLeast(m.writes.others, 0.005*float64(m.n)), m.n))
 	fmt.Printf("CPU seconds from the first create until drained: %s\n", m.cpu)
 	fmt.Printf("peak resident memory (VmHWM), MB: %s\n", m.memory)
 	fmt.Printf("admitter resident memory: idle before the run %s (heap in use after a collection %.0f MB); drained after the run %s (heap in use after a collection %.0f MB)\n",

@@ -83,6 +83,8 @@ func etcdSpec(f layout, p Ports) componentSpec {
 			"--initial-cluster=sluice=" + peer,
 			// The state is disposable: trade crash safety for write speed.
 			"--unsafe-no-fsync",
+			// CPU profiles for the benchmarks, on the loopback client URL.
+			"--enable-pprof",
 			"--log-level=warn",
 		},
 	}
