@@ -206,7 +206,7 @@ func runBurst(b *testing.B, envOpts testenv.Options, c burstCase) {
 	// server alone needs to ungate the largest group is measured, not
 	// extrapolated from a smaller run.
 	rawPods := max(burst, c.groupSize)
-	profileDir := profileDir(b)
+	profileDir := runProfileDir(b)
 	var profileRawUngates func()
 	if profileDir != "" {
 		// The raw API server patches about a thousand pods a second here:

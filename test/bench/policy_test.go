@@ -58,20 +58,8 @@ var ungateCases = []ungateCase{
 func BenchmarkUngatePolicyCost(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	env, err := testenv.Start(ctx, apiServerOnly)
-	if err != nil {
-		b.Fatal(err)
-	}
+	env, admin := startGovernedAPIServer(ctx, b)
 	defer env.Stop()
-	admin, err := kubernetes.NewForConfig(unlimited(env.Config))
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, install := range []func(context.Context, *rest.Config) error{harness.InstallCRDs, harness.InstallAccess, harness.InstallPolicies} {
-		if err := install(ctx, env.Config); err != nil {
-			b.Fatal(err)
-		}
-	}
 	grouper := serviceClient(ctx, b, env, "grouper")
 
 	rates := map[string][]float64{}
@@ -106,6 +94,28 @@ func BenchmarkUngatePolicyCost(b *testing.B) {
 		b.ReportMetric(r, c.name+"-ungates/s")
 		b.ReportMetric(m, c.name+"-apiserver-ms/ungate")
 	}
+}
+
+// startGovernedAPIServer starts an API server alone with sluice's CRDs,
+// access rules and admission policies in force, and returns it with an
+// admin client without a client-side rate limit. The caller stops it.
+func startGovernedAPIServer(ctx context.Context, b *testing.B) (*testenv.Env, kubernetes.Interface) {
+	env, err := testenv.Start(ctx, apiServerOnly)
+	if err != nil {
+		b.Fatal(err)
+	}
+	admin, err := kubernetes.NewForConfig(unlimited(env.Config))
+	if err != nil {
+		env.Stop()
+		b.Fatal(err)
+	}
+	for _, install := range []func(context.Context, *rest.Config) error{harness.InstallCRDs, harness.InstallAccess, harness.InstallPolicies} {
+		if err := install(ctx, env.Config); err != nil {
+			env.Stop()
+			b.Fatal(err)
+		}
+	}
+	return env, admin
 }
 
 // setValidatingWebhook registers sluice's ValidatingWebhookConfiguration

@@ -203,7 +203,7 @@ func measurePreemption(ctx context.Context, b *testing.B, env *testenv.Env, cs k
 		b.Fatal(err)
 	}
 	cpu := newCPUMeter(env, s)
-	if dir := profileDir(b); dir != "" {
+	if dir := runProfileDir(b); dir != "" {
 		profileRun(ctx, b, env, cs, s, dir)
 	}
 	created := make([]time.Time, n)

@@ -31,10 +31,10 @@ import (
 // also profile kube-apiserver during the raw run's ungates
 // (kube-apiserver-raw-ungates.pprof).
 
-// profileDir is where a run's profiles go: a directory named after the
+// runProfileDir is where a run's profiles go: a directory named after the
 // benchmark in SLUICE_BENCH_PROFILE_DIR, since the runs of `make bench`
 // share that; "" when it is not set.
-func profileDir(b *testing.B) string {
+func runProfileDir(b *testing.B) string {
 	root := os.Getenv("SLUICE_BENCH_PROFILE_DIR")
 	if root == "" {
 		return ""

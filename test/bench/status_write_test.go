@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,13 +12,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sluicev1alpha1 "github.com/sluice-dev/sluice/pkg/api/v1alpha1"
-	"github.com/sluice-dev/sluice/test/harness"
-	"github.com/sluice-dev/sluice/test/testenv"
 )
 
 // statusWrites is how many Workloads each case of
@@ -77,20 +73,8 @@ var statusWriteCases = []statusWriteCase{
 func BenchmarkWorkloadStatusWriteCost(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	env, err := testenv.Start(ctx, apiServerOnly)
-	if err != nil {
-		b.Fatal(err)
-	}
+	env, admin := startGovernedAPIServer(ctx, b)
 	defer env.Stop()
-	admin, err := kubernetes.NewForConfig(unlimited(env.Config))
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, install := range []func(context.Context, *rest.Config) error{harness.InstallCRDs, harness.InstallAccess, harness.InstallPolicies} {
-		if err := install(ctx, env.Config); err != nil {
-			b.Fatal(err)
-		}
-	}
 	writer, err := client.New(unlimited(env.Config), client.Options{})
 	if err != nil {
 		b.Fatal(err)
@@ -119,7 +103,7 @@ func BenchmarkWorkloadStatusWriteCost(b *testing.B) {
 		meter := newCPUMeter(env, nil)
 		start := time.Now()
 		message := fmt.Sprintf("waiting: %s, round %d", c.name, n)
-		forEach(ctx, b, wls, func(i int) error {
+		parallel(len(wls), func(i int) error {
 			orig := wls[i]
 			wl := orig.DeepCopy()
 			meta.SetStatusCondition(&wl.Status.Conditions, metav1.Condition{
@@ -130,7 +114,7 @@ func BenchmarkWorkloadStatusWriteCost(b *testing.B) {
 			}
 			wls[i] = wl
 			return nil
-		})
+		}, b)
 		d := time.Since(start)
 		if n < 0 {
 			return
@@ -170,7 +154,7 @@ func BenchmarkWorkloadStatusWriteCost(b *testing.B) {
 // for a single pod, as the admitter does, and returns them as created.
 func createSinglePodWorkloads(ctx context.Context, b *testing.B, c client.Client, ns string, n int) []*sluicev1alpha1.Workload {
 	wls := make([]*sluicev1alpha1.Workload, n)
-	forEach(ctx, b, wls, func(i int) error {
+	parallel(len(wls), func(i int) error {
 		wl := &sluicev1alpha1.Workload{
 			ObjectMeta: metav1.ObjectMeta{
 				Namespace:   ns,
@@ -192,8 +176,8 @@ func createSinglePodWorkloads(ctx context.Context, b *testing.B, c client.Client
 							corev1.ResourceMemory: resource.MustParse("64Mi"),
 						},
 						Tolerations: []corev1.Toleration{
-							{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptrTo[int64](300)},
-							{Key: "node.kubernetes.io/unreachable", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptrTo[int64](300)},
+							{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](300)},
+							{Key: "node.kubernetes.io/unreachable", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](300)},
 						},
 					},
 				}},
@@ -204,51 +188,8 @@ func createSinglePodWorkloads(ctx context.Context, b *testing.B, c client.Client
 		}
 		wls[i] = wl
 		return nil
-	})
+	}, b)
 	return wls
-}
-
-func ptrTo[T any](v T) *T { return &v }
-
-// forEach runs do for every index of items with the benchmark's workers.
-func forEach[T any](ctx context.Context, b *testing.B, items []T, do func(i int) error) {
-	next := make(chan int)
-	errs := make(chan error, workers)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				if err := do(i); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-feed:
-	for i := range items {
-		select {
-		case next <- i:
-		case err := <-errs:
-			close(next)
-			wg.Wait()
-			b.Fatal(err)
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(next)
-	wg.Wait()
-	select {
-	case err := <-errs:
-		b.Fatal(err)
-	default:
-	}
-	if ctx.Err() != nil {
-		b.Fatal(ctx.Err())
-	}
 }
 
 // setWorkloadSpecRules gives the Workload CRD's spec schema its rules
